@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One-shot environment set-up used by `make test` / `make book` (idempotent, fast when nothing changed).
+#   1. .venv with phantom installed editable plus the extras, torch pinned to the local CPU build;
+#   2. Debian's chromium for the browser test of the rendered book (apt, only when missing).
+# usage: scripts/setup_env.sh PYTHON VENV EXTRAS
+set -euo pipefail
+PYTHON=${1:-python3}
+VENV=${2:-.venv}
+EXTRAS=${3:-dev,lab,verl,book}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+STAMP="$VENV/.phantom-installed"
+want="$(sha256sum pyproject.toml constraints.txt | sha256sum | cut -c1-16) $EXTRAS $("$PYTHON" -c 'import sys; print(sys.version.split()[0])')"
+
+healthy() { [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import sys" 2>/dev/null; }
+if ! healthy; then
+  echo "[setup] creating $VENV with $("$PYTHON" --version)"
+  rm -rf "$VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
+  echo "[setup] installing phantom[$EXTRAS] into $VENV (torch==2.13.0, CPU build)"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  # torch first, from the pinned CPU build, so no other requirement can pull a CUDA wheel.
+  "$VENV/bin/python" -m pip install -q -c constraints.txt "torch==2.13.0"
+  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[$EXTRAS]"
+  echo "$want" > "$STAMP"
+else
+  echo "[setup] $VENV is up to date"
+fi
+
+if [[ ",$EXTRAS," == *",book,"* ]] && ! command -v chromium >/dev/null 2>&1; then
+  echo "[setup] installing Debian chromium for the browser test"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi

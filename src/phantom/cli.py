@@ -1,0 +1,54 @@
+"""The ``phantom`` command line.
+
+Each subcommand lives in its own module as ``main(argv) -> int`` and is imported only when used,
+so ``phantom --help`` stays instant and ``phantom audit`` never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+#: command -> ("module:function", one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "lab": ("phantom.lab.cli:main", "CPU lab: build the task and model, SFT, RL arms, papermill sweeps"),
+    "verl": ("phantom.launch:main", "launch real verl 0.9.1 runs (CPU here, GPU for users)"),
+    "data": ("phantom.data:main", "build verl parquet: GSM8K, MATH, the lab task"),
+    "chapter": ("phantom.book:chapter_main", "execute one book chapter with papermill (-p key value)"),
+    "book": ("phantom.book:book_main", "execute the chapters and build the HTML book"),
+    "audit": ("phantom.audit:main", "check a verl/TRL config or launch script for phantom-prone settings"),
+    "exposure": ("phantom.exposure:main", "all-fail / phantom fractions of a rollout dump"),
+    "watch": ("phantom.watch:main", "follow a metrics.jsonl and warn on the leading indicators"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: phantom COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    lines += ["", "Run `phantom COMMAND --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if args[0] in ("-V", "--version"):
+        from phantom import __version__
+
+        print(f"phantom {__version__}")
+        return 0
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        print(f"phantom: unknown command {command!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    target, _ = COMMANDS[command]
+    module_name, func_name = target.split(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    return int(func(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

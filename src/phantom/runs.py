@@ -1,0 +1,254 @@
+"""Run folders: one directory per run holding its spec, status and step metrics.
+
+Every run (CPU lab or verl) writes ``runs/<name>/manifest.json`` and ``runs/<name>/metrics.jsonl``.
+The metrics file uses verl's file-logger line format, ``{"step": n, "data": {...}}``, so one reader
+serves both. A run is *finished* only when its manifest says ``status: done``; a crashed or killed
+run stays ``running``/``failed`` and is re-run, never read as a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "STATUSES",
+    "RunDir",
+    "RunInUse",
+    "RunConflict",
+    "spec_hash",
+    "runs_root",
+    "read_metrics",
+    "iter_runs",
+    "package_versions",
+    "git_commit",
+    "write_json_atomic",
+]
+
+STATUSES = ("running", "done", "failed")
+MANIFEST = "manifest.json"
+METRICS = "metrics.jsonl"
+
+
+class RunInUse(RuntimeError):
+    """The run folder belongs to a live process."""
+
+
+class RunConflict(RuntimeError):
+    """A finished run with this name holds a different spec."""
+
+
+def runs_root(root: str | os.PathLike[str] | None = None) -> Path:
+    """Where run folders live: ``root``, else ``$PHANTOM_RUNS``, else ``./runs``."""
+    return Path(root or os.environ.get("PHANTOM_RUNS", "runs")).resolve()
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def spec_hash(spec: Mapping[str, Any]) -> str:
+    """Stable short hash of a spec (key order does not matter)."""
+    blob = json.dumps(_jsonable(spec), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON through a temporary file and rename, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(_jsonable(obj), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def package_versions(names: tuple[str, ...] = ("phantom", "torch", "transformers", "verl", "ray", "numpy")) -> dict:
+    out = {"python": platform.python_version()}
+    for name in names:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[name] = metadata.version(name)
+    return out
+
+
+def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
+    """The checkout's commit (``+dirty`` when it has local changes), or None outside git."""
+    try:
+        here = cwd or Path(__file__).resolve().parent
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _pid_alive(pid: Any, host: Any) -> bool:
+    if host != socket.gethostname() or not isinstance(pid, int):
+        return True  # cannot tell for another host: assume alive, be safe
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run's folder. Create with :meth:`start`; read with :meth:`manifest` / :func:`read_metrics`."""
+
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS
+
+    @property
+    def stdout_path(self) -> Path:
+        return self.path / "stdout.log"
+
+    def manifest(self) -> dict:
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return {}
+
+    @property
+    def status(self) -> str | None:
+        return self.manifest().get("status")
+
+    @property
+    def done(self) -> bool:
+        return self.status == "done"
+
+    def existing(self, spec: Mapping[str, Any]) -> bool:
+        """True when a finished run of exactly this spec is here (reuse it); raises on a conflict."""
+        m = self.manifest()
+        if m.get("status") != "done":
+            return False
+        if m.get("spec_hash") != spec_hash(spec):
+            raise RunConflict(
+                f"run {self.path} is finished with a different spec (hash {m.get('spec_hash')} != "
+                f"{spec_hash(spec)}); pick another name or delete the folder"
+            )
+        return True
+
+    def check_startable(self, spec: Mapping[str, Any]) -> bool:
+        """Raise if the folder cannot be (re)started; return True if a finished copy exists."""
+        if self.existing(spec):
+            return True
+        m = self.manifest()
+        if m.get("status") == "running" and _pid_alive(m.get("pid"), m.get("host")):
+            raise RunInUse(
+                f"run {self.path} is marked running by pid {m.get('pid')} on {m.get('host')}; "
+                "wait for it, or delete the folder if that process is gone"
+            )
+        return False
+
+    @classmethod
+    def start(cls, name: str, spec: Mapping[str, Any], *, kind: str, root: str | os.PathLike[str] | None = None,
+              extra: Mapping[str, Any] | None = None) -> RunDir:
+        """Create (or restart a failed/stale) run folder and mark it running.
+
+        A finished run with the same spec is never overwritten: check :meth:`existing` first.
+        """
+        run = cls(runs_root(root) / name)
+        if run.check_startable(spec):
+            raise RunConflict(f"run {run.path} is already finished; reuse it instead of starting it again")
+        if run.path.exists():
+            shutil.rmtree(run.path)
+        run.path.mkdir(parents=True)
+        now = time.time()
+        write_json_atomic(run.manifest_path, {
+            "name": name, "kind": kind, "status": "running", "spec": dict(spec), "spec_hash": spec_hash(spec),
+            "created": now, "started": now, "finished": None, "pid": os.getpid(), "host": socket.gethostname(),
+            "versions": package_versions(), "git_commit": git_commit(), **dict(extra or {}),
+        })
+        return run
+
+    def update(self, **fields: Any) -> None:
+        m = self.manifest()
+        m.update(fields)
+        write_json_atomic(self.manifest_path, m)
+
+    def finish(self, status: str = "done", **fields: Any) -> None:
+        if status not in STATUSES:
+            raise ValueError(f"status={status!r} is unknown; allowed: {', '.join(STATUSES)}")
+        self.update(status=status, finished=time.time(), **fields)
+
+    def log(self, step: int, data: Mapping[str, Any]) -> None:
+        """Append one step in verl's file-logger format."""
+        with self.metrics_path.open("a") as fh:
+            fh.write(json.dumps({"step": int(step), "data": _jsonable(data)}) + "\n")
+
+
+def read_metrics(path: str | os.PathLike[str]):
+    """A run's metrics as a DataFrame indexed by step (several lines of one step are merged).
+
+    Accepts a run folder or a ``metrics.jsonl`` file; a torn last line (a run still writing) is skipped.
+    """
+    import pandas as pd
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / METRICS
+    rows: dict[int, dict] = {}
+    with p.open() as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(rec, dict) or "step" not in rec:
+                continue
+            rows.setdefault(int(rec["step"]), {}).update(rec.get("data") or {})
+    df = pd.DataFrame.from_dict(rows, orient="index").sort_index()
+    df.index.name = "step"
+    return df
+
+
+def iter_runs(root: str | os.PathLike[str] | None = None, *, status: str | None = "done",
+              **spec_filter: Any) -> Iterator[RunDir]:
+    """Run folders under ``root`` (finished ones by default) whose spec matches ``spec_filter``."""
+    base = runs_root(root)
+    if not base.is_dir():
+        return
+    for mpath in sorted(base.glob(f"**/{MANIFEST}")):
+        run = RunDir(mpath.parent)
+        m = run.manifest()
+        if status is not None and m.get("status") != status:
+            continue
+        spec = m.get("spec", {})
+        if all(spec.get(k) == v for k, v in spec_filter.items()):
+            yield run

@@ -1,0 +1,1 @@
+"""Placeholder: registers the gated estimators in verl processes (see issue 4)."""
