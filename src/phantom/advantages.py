@@ -66,20 +66,30 @@ class GateStats:
         return out
 
 
-def group_ids(index: Any) -> tuple[torch.Tensor, int]:
+def group_ids(index: Any) -> tuple[np.ndarray, int]:
     """Contiguous group ids ``0..G-1`` (first-appearance order) for labels of any hashable type."""
-    if isinstance(index, torch.Tensor) and not index.is_floating_point():
-        uniq, inv = torch.unique(index.reshape(-1), return_inverse=True)
-        return inv.to(torch.long), int(uniq.numel())
     import pandas as pd  # hash-based factorization: O(n), and fast for uuid strings
 
-    arr = np.asarray(index.cpu() if isinstance(index, torch.Tensor) else index).reshape(-1)
+    if isinstance(index, torch.Tensor):
+        index = index.detach().cpu().numpy()
+    arr = np.asarray(index).reshape(-1)
     codes, uniques = pd.factorize(arr, use_na_sentinel=False)
-    return torch.from_numpy(np.asarray(codes, dtype=np.int64)), len(uniques)
+    return np.asarray(codes, dtype=np.int64), len(uniques)
 
 
-def _segment_sum(values: torch.Tensor, gid: torch.Tensor, num_groups: int) -> torch.Tensor:
-    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, gid, values)
+def _segment_sum(values: np.ndarray, gid: np.ndarray, num_groups: int) -> np.ndarray:
+    # Sequential accumulation in row order and in the values' dtype, like torch's index_add_ on
+    # CPU, so float32 results agree bit for bit with verl's vectorized estimator.
+    out = np.zeros(num_groups, dtype=values.dtype)
+    np.add.at(out, gid, values)
+    return out
+
+
+def _as_array(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        return (x if x.dtype != torch.bfloat16 else x.float()).numpy().reshape(-1)
+    return np.asarray(x).reshape(-1)
 
 
 def group_advantages(
@@ -105,7 +115,8 @@ def group_advantages(
         eps: added to the std before dividing (verl: 1e-6), and the score gate's flatness threshold.
 
     Returns:
-        ``(advantages, stats)``; advantages have the type of ``scores`` (tensor or ndarray).
+        ``(advantages, stats)``; advantages have the type, dtype and device of ``scores`` (a
+        tensor in, a tensor out; integer scores give float64).
     """
     if gate not in GATES:
         raise ValueError(f"gate={gate!r} is unknown; allowed: {', '.join(GATES)}")
@@ -116,72 +127,84 @@ def group_advantages(
     if gate == "outcome" and outcomes is None:
         raise ValueError("gate='outcome' needs outcomes (the binary task outcome of each response)")
 
-    as_numpy = not isinstance(scores, torch.Tensor)
-    s = torch.as_tensor(np.asarray(scores, dtype=np.float64) if as_numpy else scores)
-    if not s.is_floating_point():
-        s = s.double()
-    s = s.reshape(-1)
-    n = s.numel()
+    s = _as_array(scores)
+    if s.dtype.kind != "f":
+        s = s.astype(np.float64)
+    n = s.size
     gid, num_groups = group_ids(index)
-    gid = gid.to(s.device)
-    if gid.numel() != n:
-        raise ValueError(f"scores has {n} entries but index has {gid.numel()}")
+    if gid.size != n:
+        raise ValueError(f"scores has {n} entries but index has {gid.size}")
 
-    with torch.no_grad():
-        count = torch.bincount(gid, minlength=num_groups).to(s.dtype)
-        mean = _segment_sum(s, gid, num_groups) / count.clamp_min(1)
-        centred = s - mean[gid]
-        var = _segment_sum(centred * centred, gid, num_groups) / (count - 1).clamp_min(1)
-        std = var.sqrt()
-        single = count <= 1
-        multi = ~single
-        # verl: a single-member group has mean 0 and std 1, so its advantage is score/(1+eps).
-        centred = torch.where(single[gid], s, centred)
-        if norm == "std":
-            adv = centred / (torch.where(single, torch.ones_like(std), std)[gid] + eps)
-        else:
-            adv = centred
+    dt = s.dtype.type
+    count = np.bincount(gid, minlength=num_groups)
+    cnt = count.astype(s.dtype)
+    mean = _segment_sum(s, gid, num_groups) / np.maximum(cnt, dt(1))
+    centred = s - mean[gid]
+    var = _segment_sum(centred * centred, gid, num_groups) / np.maximum(cnt - dt(1), dt(1))
+    std = np.sqrt(var)
+    single = count <= 1
+    multi = ~single
+    if single.any():
+        # verl: a one-member group has mean 0 and std 1, so its advantage is score/(1+eps).
+        centred = np.where(single[gid], s, centred)
+        std = np.where(single, dt(1), std)
+    adv = centred / (std[gid] + dt(eps)) if norm == "std" else centred
 
-        flat = multi & (std <= eps)
-        all_fail = all_pass = None
-        if outcomes is not None:
-            o = torch.as_tensor(np.asarray(outcomes.cpu() if isinstance(outcomes, torch.Tensor) else outcomes,
-                                           dtype=np.float64)).reshape(-1).to(s.device)
-            if o.numel() != n:
-                raise ValueError(f"scores has {n} entries but outcomes has {o.numel()}")
-            if bool(((o != 0) & (o != 1)).any()):
+    flat = multi & (std <= eps)
+    all_fail = all_pass = None
+    if outcomes is not None:
+        o = _as_array(outcomes)
+        if o.size != n:
+            raise ValueError(f"scores has {n} entries but outcomes has {o.size}")
+        if o.dtype != np.bool_:
+            if np.any((o != 0) & (o != 1)):
                 raise ValueError("outcomes must be binary (0 or 1)")
-            passes = _segment_sum(o.to(s.dtype), gid, num_groups)
-            all_fail = passes == 0
-            all_pass = passes == count
+            o = o != 0
+        passes = np.bincount(gid, weights=o, minlength=num_groups) if n else np.zeros(num_groups)
+        all_fail = passes == 0
+        all_pass = passes == count
 
-        if gate == "score":
-            zero = flat
-        elif gate == "outcome":
-            zero = multi & (all_fail | all_pass)
-        else:
-            zero = torch.zeros_like(multi)
-        if gate != "none":
-            adv = adv.masked_fill(zero[gid], 0.0)
+    if gate == "score":
+        zero = flat
+    elif gate == "outcome":
+        zero = multi & (all_fail | all_pass)
+    else:
+        zero = np.zeros(num_groups, dtype=bool)
+    if gate != "none" and zero.any():
+        adv = np.where(zero[gid], dt(0), adv)
 
-        if all_fail is not None:
-            degenerate = multi & (all_fail | all_pass)
-            stats = GateStats(
-                gate=gate, norm=norm, groups=num_groups, zeroed=int(zero.sum()), singletons=int(single.sum()),
-                all_fail=int(all_fail.sum()), all_pass=int(all_pass.sum()),
-                mixed=int((~all_fail & ~all_pass).sum()),
-                phantom=int((all_fail & multi & ~flat).sum()),
-                degenerate_live=int((degenerate & ~zero).sum()),
-            )
-        else:
-            stats = GateStats(gate=gate, norm=norm, groups=num_groups, zeroed=int(zero.sum()),
-                              singletons=int(single.sum()))
+    counts = {"gate": gate, "norm": norm, "groups": num_groups, "zeroed": int(zero.sum()),
+              "singletons": int(single.sum())}
+    if all_fail is not None:
+        degenerate = multi & (all_fail | all_pass)
+        counts.update(
+            all_fail=int(all_fail.sum()), all_pass=int(all_pass.sum()),
+            mixed=int(num_groups - (all_fail | all_pass).sum()),
+            phantom=int((all_fail & multi & ~flat).sum()),
+            degenerate_live=int((degenerate & ~zero).sum()),
+        )
+    stats = GateStats(**counts)
 
-    if as_numpy:
-        return adv.numpy(), stats
+    adv = np.ascontiguousarray(adv, dtype=s.dtype)
+    if isinstance(scores, torch.Tensor):
+        out = torch.from_numpy(adv)
+        if scores.is_floating_point() and scores.dtype != out.dtype:
+            out = out.to(scores.dtype)
+        return out.to(scores.device), stats
     return adv, stats
 
 
 def broadcast_to_tokens(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Per-sample advantages to per-token ones, as verl does (``adv[:, None] * response_mask``)."""
-    return advantages.unsqueeze(-1) * response_mask
+    """Per-sample advantages to per-token ones: the values of verl's ``adv[:, None] * response_mask``.
+
+    verl's masks are 0/1 integers. Multiplying float by int64 takes torch's slow type-promotion
+    path (about 2x the time of a select on this machine), so integer and bool masks use
+    ``torch.where`` instead, which gives the same values for a 0/1 mask (a masked token gets +0.0
+    where the product would give -0.0 for a negative advantage; the two compare equal). Floating
+    masks may carry weights and are multiplied.
+    """
+    adv = advantages.unsqueeze(-1)
+    if response_mask.is_floating_point():
+        return adv * response_mask
+    keep = response_mask if response_mask.dtype == torch.bool else response_mask != 0
+    return torch.where(keep, adv, torch.zeros((), dtype=adv.dtype, device=adv.device))

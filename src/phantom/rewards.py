@@ -159,7 +159,7 @@ def _as_outcome(outcome: Any) -> np.ndarray:
     o = np.asarray(outcome, dtype=np.float64)
     bad = ~((o == 0.0) | (o == 1.0))
     if np.any(bad):
-        raise ValueError(f"outcome={np.asarray(outcome)[bad].ravel()[0]!r} is not binary; allowed: 0 or 1")
+        raise ValueError(f"outcome={np.asarray(outcome)[bad].ravel()[0].item()!r} is not binary; allowed: 0 or 1")
     return o
 
 
@@ -167,7 +167,7 @@ def _as_length(length: Any, name: str = "length") -> np.ndarray:
     n = np.asarray(length, dtype=np.float64)
     bad = ~np.isfinite(n) | (n < 0)
     if np.any(bad):
-        raise ValueError(f"{name}={n[bad].ravel()[0]!r} is invalid; allowed: a finite length >= 0")
+        raise ValueError(f"{name}={n[bad].ravel()[0].item()!r} is invalid; allowed: a finite length >= 0")
     return n
 
 
