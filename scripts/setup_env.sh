@@ -12,6 +12,8 @@ cd "$ROOT"
 STAMP="$VENV/.phantom-installed"
 want="$(sha256sum pyproject.toml constraints.txt | sha256sum | cut -c1-16) $EXTRAS $("$PYTHON" -c 'import sys; print(sys.version.split()[0])')"
 
+# This machine's pip config names local indexes that may not exist; pip warns per package. Quiet that.
+quiet() { "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 healthy() { [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import sys" 2>/dev/null; }
 if ! healthy; then
   echo "[setup] creating $VENV with $("$PYTHON" --version)"
@@ -20,10 +22,10 @@ if ! healthy; then
 fi
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   echo "[setup] installing phantom[$EXTRAS] into $VENV (torch==2.13.0, CPU build)"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
+  quiet "$VENV/bin/python" -m pip install -q --upgrade pip
   # torch first, from the pinned CPU build, so no other requirement can pull a CUDA wheel.
-  "$VENV/bin/python" -m pip install -q -c constraints.txt "torch==2.13.0"
-  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[$EXTRAS]"
+  quiet "$VENV/bin/python" -m pip install -q -c constraints.txt "torch==2.13.0"
+  quiet "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[$EXTRAS]"
   echo "$want" > "$STAMP"
 else
   echo "[setup] $VENV is up to date"
