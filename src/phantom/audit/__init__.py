@@ -1,0 +1,158 @@
+"""``phantom audit CONFIG...``: find phantom-prone settings in a verl or TRL configuration.
+
+Reads verl YAML configs, Hydra override lists, bash launch scripts, TRL ``GRPOConfig`` settings
+(YAML, JSON, or keyword arguments in a Python file, parsed and never run) and phantom run folders
+(a lab arm spec, or the overrides a verl run was launched with), works out whether the
+reward is composite, and reports each phantom-prone setting with its severity, key, file and
+line, a one-sentence why with the book chapter, and the fix. The rules are listed in
+:mod:`phantom.audit.rules`. Only a reward function named with ``--reward-fn`` is ever executed.
+
+Exit codes: 0 clean, 1 findings (at or above ``--fail-on``), 2 an input could not be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from phantom.audit.facts import RewardFacts, metric_signal, trl_facts, verl_facts
+from phantom.audit.lab_rules import lab_facts, lab_findings
+from phantom.audit.model import BOOK, ConfigDoc, Finding, InputError
+from phantom.audit.probe import ProbeResult, load_reward_fn, probe, split_target
+from phantom.audit.readers import KINDS, read_config
+from phantom.audit.report import InputReport, Report, render_json, render_text
+from phantom.audit.rules import RULES, AllSame, trl_findings, verl_findings
+from phantom.audit.schema import ENTRYPOINTS, VERL_VERSIONS, Settings, validate
+
+__all__ = ["BOOK", "AllSame", "Finding", "InputError", "Report", "RewardFacts", "audit", "audit_doc", "main",
+           "metric_signal", "read_config"]
+
+
+def audit_doc(doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None = None,
+              reward_fns: Sequence[tuple[Any, str]] = (), shaped: bool | None = None,
+              all_same: AllSame | None = None, data_source: str = "openai/gsm8k",
+              probes_out: list[ProbeResult] | None = None) -> InputReport:
+    """Findings for one (validated) config; ``reward_fns`` are ``(function, label)`` pairs to probe."""
+    s = Settings(validate(doc), version=version, entrypoint=entrypoint)
+    rep = InputReport(doc.path, doc.kind, doc.form)
+    if doc.kind == "verl":
+        rep.trainer = s.trainer + (" (assumed)" if s.entrypoint_assumed else "")
+        kwargs = {k: e.value for k, e in doc.under("reward.custom_reward_function.reward_kwargs").items()}
+        pr = probe(reward_fns[0][0], reward_fns[0][1], reward_kwargs=kwargs, data_source=data_source) \
+            if reward_fns else None
+        if pr is not None and probes_out is not None:
+            probes_out.append(pr)
+        rep.facts = verl_facts(s, pr, shaped)
+        rep.findings = verl_findings(s, rep.facts, all_same=all_same)
+    elif doc.kind == "lab":
+        rep.trainer = "phantom lab"
+        rep.facts = lab_facts(s, shaped)
+        rep.findings = lab_findings(s, rep.facts, all_same=all_same)
+    else:
+        rep.trainer = "trl"
+        probes = {}
+        for fn, label in reward_fns:
+            pr = probe(fn, label, data_source=data_source)
+            probes[split_target(label)[1]] = pr
+            if probes_out is not None:
+                probes_out.append(pr)
+        rep.facts = trl_facts(s, probes, shaped)
+        rep.findings = trl_findings(s, rep.facts)
+    return rep
+
+
+def _measure(path: str) -> AllSame:
+    from phantom.exposure import RolloutError, exposure, load_rollouts
+
+    try:
+        e = exposure(load_rollouts(path), source=path)
+    except RolloutError as exc:
+        raise InputError(path, f"--exposure: {exc}") from None
+    return AllSame(e.frac(e.drop_outcome), e.frac(e.drop_score), f"measured on {Path(path).name}")
+
+
+def audit(paths: Sequence[str], *, reward_fns: Sequence[str] = (), shaped: bool | None = None,
+          version: str = "0.9.1", entrypoint: str | None = None, kind: str | None = None, merge: bool = False,
+          all_same: AllSame | None = None, exposure: str | None = None, data_source: str = "openai/gsm8k",
+          fail_on: str = "warning", ignore: Sequence[str] = ()) -> Report:
+    """Audit each config (or, with ``merge``, all of them layered as one run)."""
+    report = Report([], version=version, fail_on=fail_on)
+    try:
+        loaded = [load_reward_fn(t) for t in reward_fns]
+        if exposure is not None:
+            all_same = _measure(exposure)
+    except InputError as exc:
+        report.inputs.append(InputReport(exc.path, error=exc))
+        return report
+    docs: list[ConfigDoc | InputReport] = []
+    for p in paths:
+        try:
+            docs.append(read_config(p, kind=kind))
+        except InputError as exc:
+            docs.append(InputReport(p, error=exc))
+    if merge and all(isinstance(d, ConfigDoc) for d in docs) and len(docs) > 1:
+        first = docs[0]
+        try:
+            for d in docs[1:]:
+                first = first.merged(d)  # type: ignore[union-attr]
+            docs = [first]
+        except InputError as exc:
+            docs = [InputReport(exc.path, error=exc)]
+    for d in docs:
+        if isinstance(d, InputReport):
+            report.inputs.append(d)
+            continue
+        try:
+            rep = audit_doc(d, version=version, entrypoint=entrypoint, reward_fns=loaded, shaped=shaped,
+                            all_same=all_same, data_source=data_source, probes_out=report.probes)
+        except InputError as exc:
+            rep = InputReport(d.path, d.kind, d.form, error=exc)
+        rep.findings = [f for f in rep.findings if f.rule not in ignore]
+        report.inputs.append(rep)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    rule_lines = "\n".join(f"  {rid}  {name:<31} {text}" for rid, (name, text) in RULES.items())
+    ap = argparse.ArgumentParser(prog="phantom audit", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=f"rules:\n{rule_lines}\n\nexit codes: 0 clean, 1 findings, 2 unreadable input")
+    ap.add_argument("configs", nargs="+", metavar="CONFIG",
+                    help="verl YAML/JSON, Hydra override list, launch script (.sh), or TRL YAML/JSON/.py")
+    ap.add_argument("--reward-fn", action="append", default=[], metavar="PATH[:NAME]",
+                    help="import this reward function (a file or pkg://module; NAME defaults to compute_score) "
+                         "and call it on 8 probe answers; repeat for several TRL reward functions")
+    shaped = ap.add_mutually_exclusive_group()
+    shaped.add_argument("--shaped", dest="shaped", action="store_true", default=None,
+                        help="the reward function mixes shaping into its score")
+    shaped.add_argument("--no-shaped", dest="shaped", action="store_false", default=None,
+                        help="it scores the outcome only")
+    ap.add_argument("--format", choices=("text", "json"), default="text")
+    ap.add_argument("--verl-version", choices=VERL_VERSIONS, default="0.9.1",
+                    help="defaults to assume (0.9.1: filter metric `reward`; 0.9.0: null)")
+    ap.add_argument("--entrypoint", choices=ENTRYPOINTS,
+                    help="the verl trainer, for inputs that do not name it (default: main_ppo)")
+    ap.add_argument("--kind", choices=KINDS, help="force the config kind of YAML/JSON inputs")
+    ap.add_argument("--merge", action="store_true", help="layer all CONFIGs into one run (later values win)")
+    ap.add_argument("--exposure", metavar="ROLLOUTS", help="rollout dump to measure the all-same fraction from")
+    ap.add_argument("--all-same-frac", type=float, metavar="F", help="measured fraction of groups the filter drops")
+    ap.add_argument("--data-source", default="openai/gsm8k", help="data_source passed to the probed reward")
+    ap.add_argument("--fail-on", choices=("error", "warning", "info"), default="warning",
+                    help="lowest severity that makes the exit code 1 (default: warning)")
+    ap.add_argument("--ignore", action="append", default=[], metavar="RULE", help="skip a rule id, e.g. PH021")
+    args = ap.parse_args(argv)
+    measured = None
+    if args.all_same_frac is not None:
+        if not 0.0 <= args.all_same_frac <= 1.0:
+            print(f"phantom audit: --all-same-frac {args.all_same_frac} is invalid; allowed: a fraction in [0, 1]",
+                  file=sys.stderr)
+            return 2
+        measured = AllSame(args.all_same_frac, args.all_same_frac, "from --all-same-frac")
+    report = audit(args.configs, reward_fns=args.reward_fn, shaped=args.shaped, version=args.verl_version,
+                   entrypoint=args.entrypoint, kind=args.kind, merge=args.merge, all_same=measured,
+                   exposure=args.exposure, data_source=args.data_source, fail_on=args.fail_on, ignore=args.ignore)
+    print(render_json(report) if args.format == "json" else render_text(report))
+    return report.exit_code

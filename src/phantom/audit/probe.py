@@ -1,0 +1,249 @@
+"""Call a reward function on a few probe responses to learn what it returns.
+
+This is the only place the audit executes anything, and only a function the user named with
+``--reward-fn PATH[:NAME]`` (a file, or ``pkg://module``). The probes are GSM8K-style answers to a
+question whose gold answer is 42: correct and wrong, short and long. What matters for the phantom
+is whether the function gives *different scores to different failures* (then an all-fail group
+has spread) and whether a dict result carries a binary ``acc`` (verl's float fallback sets
+``acc = score``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phantom.audit.model import InputError
+
+__all__ = ["GOLD", "PROBES", "ProbeResult", "load_reward_fn", "probe", "split_target"]
+
+GOLD = "42"
+_LONG = "Let me work through this carefully, one quantity at a time, and check each step. " * 6
+#: (response, certainly wrong for any checker of gold 42)
+PROBES: tuple[tuple[str, bool], ...] = (
+    ("#### 42", False),
+    (_LONG + "#### 42", False),
+    ("The answer is \\boxed{42}.", False),
+    ("#### 7", True),
+    (_LONG + "#### 7", True),
+    (_LONG * 3 + "So the result is #### 13", True),
+    ("I am not sure.", True),
+    ("", True),
+)
+_TIMEOUT_S = 20
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """``PATH[:NAME]`` -> (path, name); NAME defaults to verl's ``compute_score``."""
+    head, sep, tail = target.rpartition(":")
+    if sep and tail.isidentifier() and head and not head.endswith("/") and head != "pkg":
+        return head, tail
+    return target, "compute_score"
+
+
+def load_reward_fn(target: str) -> tuple[Callable[..., Any], str]:
+    """Import the module named by ``PATH[:NAME]`` (this runs its top level) and return the function."""
+    path, name = split_target(target)
+    label = f"{path}:{name}"
+    try:
+        if path.startswith("pkg://"):
+            module = importlib.import_module(path[len("pkg://"):])
+        else:
+            file = Path(path[len("file://"):] if path.startswith("file://") else path)
+            if not file.is_file():
+                raise InputError(path, "no such reward-function file")
+            name_ = f"_phantom_probe_{abs(hash(file.resolve()))}"
+            spec = importlib.util.spec_from_file_location(name_, file)
+            if spec is None or spec.loader is None:
+                raise InputError(path, "cannot import this file as Python")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name_] = module  # as verl's loader does; dataclasses in the module need it
+            spec.loader.exec_module(module)
+    except InputError:
+        raise
+    except Exception as exc:  # the user's module failed to import: say how
+        raise InputError(path, f"importing the reward function failed: {type(exc).__name__}: {exc}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        found = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_"))
+        raise InputError(path, f"no function {name!r} in it; functions found: {', '.join(found) or 'none'}")
+    return fn, label
+
+
+@dataclass
+class ProbeRow:
+    response: str
+    certainly_wrong: bool
+    score: float | None = None
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass
+class ProbeResult:
+    """What the probes showed. ``style`` is ``verl`` (one response per call) or ``trl`` (lists)."""
+
+    target: str
+    style: str
+    rows: list[ProbeRow] = field(default_factory=list)
+
+    @property
+    def ok(self) -> list[ProbeRow]:
+        return [r for r in self.rows if r.error is None]
+
+    @property
+    def returns(self) -> str | None:
+        kinds = {"dict" if isinstance(r.result, dict) else "float" for r in self.ok}
+        return None if not kinds else kinds.pop() if len(kinds) == 1 else "mixed"
+
+    @property
+    def keys(self) -> frozenset[str]:
+        dicts = [set(r.result) for r in self.ok if isinstance(r.result, dict)]
+        return frozenset(set.intersection(*dicts)) if dicts else frozenset()
+
+    def values(self, key: str, *, failures: bool = False) -> list[Any]:
+        """The values verl would store under ``reward_extra_info[key]`` for each probe."""
+        out = []
+        for r in self.ok:
+            if failures and not r.certainly_wrong:
+                continue
+            extra = dict(r.result) if isinstance(r.result, dict) else {"acc": r.score}
+            if key in extra:
+                out.append(extra[key])
+        return out
+
+    def spread_among_failures(self, key: str = "score") -> bool | None:
+        """Do certainly-wrong answers get different values? (None: no such values)."""
+        vals = [float(v) for v in self.values(key, failures=True) if _number(v)] if key != "score" else [
+            r.score for r in self.ok if r.certainly_wrong and r.score is not None]
+        return None if len(vals) < 2 else (max(vals) - min(vals)) > 1e-12
+
+    def binary(self, key: str) -> bool | None:
+        vals = self.values(key)
+        if not vals:
+            return None
+        return all(_number(v) and float(v) in (0.0, 1.0) for v in vals)
+
+    def summary(self) -> str:
+        ok = self.ok
+        scores = sorted({round(r.score, 4) for r in ok if r.score is not None})
+        shown = ", ".join(f"{s:g}" for s in scores[:6]) + (", ..." if len(scores) > 6 else "")
+        ret = self.returns or "nothing"
+        extra = f" with keys {{{', '.join(sorted(self.keys))}}}" if self.returns == "dict" else ""
+        return f"{self.target} returns {ret}{extra}; scores over {len(ok)} probes: {{{shown}}}"
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (bool, int, float)) or (hasattr(v, "item") and callable(v.item))
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: int) -> Iterator[None]:
+    usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def stop(*_: Any) -> None:
+        raise TimeoutError(f"the reward function did not return within {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    out = fn(**kwargs)
+    if inspect.isawaitable(out):
+        out = asyncio.run(_await(out))
+    return out
+
+
+async def _await(x: Any) -> Any:
+    return await x
+
+
+def _style(fn: Callable[..., Any]) -> str:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return "verl"
+    return "trl" if ("completions" in params or "prompts" in params) and "solution_str" not in params else "verl"
+
+
+def _scalar(value: Any) -> float:
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    return float(value)
+
+
+def probe(fn: Callable[..., Any], target: str, *, reward_kwargs: dict[str, Any] | None = None,
+          data_source: str = "openai/gsm8k") -> ProbeResult:
+    """Run the probes through ``fn`` the way verl (or TRL) would call it."""
+    style = _style(fn)
+    res = ProbeResult(target, style)
+    kw = dict(reward_kwargs or {})
+    with _time_limit(_TIMEOUT_S):
+        if style == "verl":
+            for text, wrong in PROBES:
+                row = ProbeRow(text, wrong)
+                try:
+                    out = _call(fn, {"data_source": data_source, "solution_str": text, "ground_truth": GOLD,
+                                     "extra_info": {}, **kw})
+                    row.result = out
+                    row.score = _scalar(out["score"] if isinstance(out, dict) else out)
+                except TimeoutError:
+                    raise
+                except Exception as exc:  # a probe the function rejects is reported, not fatal
+                    row.error = f"{type(exc).__name__}: {exc}"
+                res.rows.append(row)
+        else:
+            res.rows = _probe_trl(fn, kw)
+    if not res.ok:
+        first = res.rows[0].error if res.rows else "no result"
+        raise InputError(target, f"the reward function failed on every probe input ({first})")
+    return res
+
+
+def _probe_trl(fn: Callable[..., Any], kw: dict[str, Any]) -> list[ProbeRow]:
+    texts = [t for t, _ in PROBES]
+    n = len(texts)
+    base = {"prompts": ["What is 6 * 7?"] * n, "solution": [GOLD] * n, "answer": [GOLD] * n,
+            "ground_truth": [GOLD] * n, **kw}
+    errors = []
+    for completions in (texts, [[{"role": "assistant", "content": t}] for t in texts]):
+        try:
+            out = list(_call(fn, {**base, "completions": completions}))
+        except TimeoutError:
+            raise
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+            continue
+        rows = []
+        for (text, wrong), value in zip(PROBES, out):
+            row = ProbeRow(text, wrong, result=value)
+            if value is None:
+                row.error = "returned None"
+            else:
+                row.score = _scalar(value)
+            rows.append(row)
+        return rows
+    return [ProbeRow(t, w, error=errors[-1]) for t, w in PROBES]
+

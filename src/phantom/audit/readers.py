@@ -1,0 +1,283 @@
+"""Turn a config file of any supported form into a :class:`~phantom.audit.model.ConfigDoc`.
+
+Forms: verl YAML (a Hydra config, or the composed ``.hydra/config.yaml``), JSON, a Hydra override
+list (``.hydra/overrides.yaml`` or a text file with one ``key=value`` per line), a bash launch
+script, and TRL ``GRPOConfig`` settings as YAML, JSON or keyword arguments in a Python file. Python
+is read with :mod:`ast` only: a training script is never imported or run.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from phantom.audit.model import ConfigDoc, Entry, InputError, Unresolved
+from phantom.audit.overrides import looks_like_overrides, read_override_lines
+from phantom.audit.shell import read_shell
+
+__all__ = ["KINDS", "LAB_KEYS", "VERL_TOP_KEYS", "TRL_KEYS", "read_config", "read_python"]
+
+KINDS: tuple[str, ...] = ("verl", "trl", "lab")
+#: Keys of a phantom lab arm spec (``phantom.lab.spec.ArmSpec``).
+LAB_KEYS = frozenset({"arm", "estimator", "sampling", "drop", "rollouts", "max_gen_batches", "gen_prompts"})
+#: Top-level keys of a verl (Hydra) config, including the legacy ones 0.9.x still accepts.
+VERL_TOP_KEYS = frozenset({"algorithm", "actor_rollout_ref", "data", "reward", "reward_model", "trainer", "critic",
+                           "custom_reward_function", "ray_kwargs", "hydra", "transfer_queue", "sandbox_fusion"})
+#: Keys that only a TRL GRPOConfig (or TRL's ``grpo`` script arguments) has.
+TRL_KEYS = frozenset({"reward_funcs", "reward_weights", "scale_rewards", "loss_type", "num_generations",
+                      "multi_objective_aggregation", "mask_truncated_completions", "max_completion_length",
+                      "epsilon_high", "importance_sampling_level", "use_vllm", "reward_model_name_or_path",
+                      "beta", "num_iterations", "generation_batch_size"})
+_TRL_CALLS = ("GRPOConfig", "GRPOTrainer")
+
+
+def _read_text(path: str) -> str:
+    p = Path(path)
+    if p.is_dir() and (p / "manifest.json").is_file():  # a run folder: audit its manifest
+        p = p / "manifest.json"
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory; pass the config file inside it") from None
+    except UnicodeDecodeError:
+        raise InputError(path, "not a UTF-8 text file") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read it ({exc.strerror})") from None
+    if not text.strip():
+        raise InputError(path, "the file is empty")
+    return text
+
+
+def read_config(path: str, *, kind: str | None = None) -> ConfigDoc:
+    """Read one input; ``kind`` (``verl``/``trl``) overrides detection for YAML and JSON."""
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind={kind!r} is unknown; allowed: {', '.join(KINDS)}")
+    text = _read_text(path)
+    suffix = Path(path).suffix.lower()
+    first = text.lstrip().splitlines()[0]
+    if suffix in (".sh", ".bash") or (first.startswith("#!") and "sh" in first.split("/")[-1]):
+        return read_shell(path, text)
+    if suffix == ".py":
+        return read_python(path, text)
+    if Path(path).is_dir():
+        path, suffix = str(Path(path) / "manifest.json"), ".json"
+    if suffix == ".json":
+        manifest = _manifest(path, text)
+        if manifest is not None:
+            return manifest
+        return _from_mapping(path, _read_json(path, text), "json", kind)
+    body = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    if suffix not in (".yaml", ".yml") and (suffix in (".txt", ".overrides", ".args", "")
+                                           or looks_like_overrides(body[:1])):
+        return read_override_lines(path, list(enumerate(text.splitlines(), start=1)))
+    form, items = _read_yaml(path, text)
+    if form == "overrides":
+        return read_override_lines(path, items)
+    return _from_mapping(path, items, "yaml", kind)
+
+
+# ------------------------------------------------------------------------------------------------
+# YAML and JSON, with line numbers
+# ------------------------------------------------------------------------------------------------
+def _yaml_error(path: str, exc: yaml.YAMLError) -> InputError:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return InputError(path, f"invalid YAML: {problem}", mark.line + 1 if mark else None)
+
+
+def _read_yaml(path: str, text: str) -> tuple[str, list[Any]]:
+    """``("mapping", entries)`` for a YAML mapping, ``("overrides", [(line, word)])`` for a list."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise InputError(path, "the file holds no YAML document")
+        if isinstance(node, yaml.SequenceNode):
+            items = []
+            for item in node.value:
+                value = loader.construct_object(item, deep=True)
+                if not isinstance(value, str):
+                    raise InputError(path, f"a YAML list must hold override strings, got {value!r}",
+                                     item.start_mark.line + 1)
+                items.append((item.start_mark.line + 1, value))
+            return "overrides", items
+        if not isinstance(node, yaml.MappingNode):
+            raise InputError(path, "expected a YAML mapping (a config) or a list (Hydra overrides)",
+                             node.start_mark.line + 1)
+        out: list[Entry] = []
+        _walk(loader, node, "", path, out)
+        return "mapping", out
+    except yaml.YAMLError as exc:
+        raise _yaml_error(path, exc) from None
+    finally:
+        loader.dispose()
+
+
+def _walk(loader: yaml.SafeLoader, node: yaml.MappingNode, prefix: str, path: str, out: list[Entry]) -> None:
+    for knode, vnode in node.value:
+        key = str(loader.construct_object(knode))
+        if key == "<<":
+            continue  # YAML merge keys: rare in verl configs, and Hydra does not use them
+        full = prefix + key
+        if isinstance(vnode, yaml.MappingNode) and vnode.value:
+            _walk(loader, vnode, full + ".", path, out)
+        else:
+            out.append(Entry(full, loader.construct_object(vnode, deep=True), path, knode.start_mark.line + 1))
+
+
+def _read_json(path: str, text: str) -> list[Entry]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
+    if not isinstance(obj, dict):
+        raise InputError(path, f"expected a JSON object, got {type(obj).__name__}")
+    try:  # JSON is (nearly) YAML: reuse the YAML walker for line numbers
+        form, items = _read_yaml(path, text)
+        if form == "mapping":
+            return items
+    except InputError:
+        pass
+    out: list[Entry] = []
+
+    def flat(d: dict, prefix: str) -> None:
+        for k, v in d.items():
+            if isinstance(v, dict) and v:
+                flat(v, f"{prefix}{k}.")
+            else:
+                out.append(Entry(f"{prefix}{k}", v, path, None))
+
+    flat(obj, "")
+    return out
+
+
+def _detect_kind(path: str, entries: list[Entry], kind: str | None) -> str:
+    if kind is not None:
+        return kind
+    top = {e.key.split(".")[0] for e in entries}
+    if "arm" in top and len(top & LAB_KEYS) >= 2:
+        return "lab"
+    verl, trl = top & VERL_TOP_KEYS, top & TRL_KEYS
+    if verl and not (trl and len(trl) > len(verl)):
+        return "verl"
+    if trl:
+        return "trl"
+    raise InputError(path, f"not a verl or TRL config: none of its top-level keys ({', '.join(sorted(top)[:8])}) "
+                           f"is a verl section ({', '.join(sorted(VERL_TOP_KEYS))}) or a TRL GRPOConfig field "
+                           f"({', '.join(sorted(TRL_KEYS))}); pass --kind verl|trl")
+
+
+def _from_mapping(path: str, entries: list[Entry], form: str, kind: str | None) -> ConfigDoc:
+    doc = ConfigDoc(path, _detect_kind(path, entries, kind), form)
+    for e in entries:
+        doc.set(e)
+    return doc
+
+
+def _manifest(path: str, text: str) -> ConfigDoc | None:
+    """A phantom run's ``manifest.json``: the lab spec, or the overrides a verl run was launched with."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return None  # _read_json reports the error with its line
+    if not isinstance(obj, dict) or obj.get("kind") not in ("lab", "verl") or "spec" not in obj:
+        return None
+    if obj["kind"] == "verl":
+        overrides = obj.get("overrides")
+        if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+            raise InputError(path, "a verl run manifest needs `overrides`: a list of strings", key="overrides")
+        doc = read_override_lines(path, [(None, o) for o in overrides])
+        command = " ".join(map(str, obj.get("command") or []))
+        doc.entrypoint = "recipe" if "recipe." in command else "main_ppo" if "main_ppo" in command else None
+        doc.form = "manifest"
+        return doc
+    if not isinstance(obj["spec"], dict):
+        raise InputError(path, "a lab run manifest needs `spec`: an object", key="spec")
+    doc = ConfigDoc(path, "lab", "manifest")
+    for k, v in obj["spec"].items():
+        doc.set(Entry(str(k), v, path, None))
+    return doc
+
+
+# ------------------------------------------------------------------------------------------------
+# TRL in Python, parsed (never run)
+# ------------------------------------------------------------------------------------------------
+def _call_name(func: ast.expr) -> str:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return ""
+
+
+def _module_assigns(tree: ast.Module) -> dict[str, ast.expr]:
+    out: dict[str, ast.expr] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            out[stmt.targets[0].id] = stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+            out[stmt.target.id] = stmt.value
+    return out
+
+
+def _literal(node: ast.expr, assigns: dict[str, ast.expr], text: str) -> Any:
+    target = assigns.get(node.id, node) if isinstance(node, ast.Name) else node
+    try:
+        return ast.literal_eval(target)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return Unresolved(ast.get_source_segment(text, node) or ast.unparse(node))
+
+
+def _func_names(node: ast.expr, assigns: dict[str, ast.expr]) -> list[str]:
+    """Names of the reward functions in ``reward_funcs=...`` (a list, a tuple, or one function)."""
+    if isinstance(node, ast.Name) and isinstance(assigns.get(node.id), (ast.List, ast.Tuple)):
+        node = assigns[node.id]
+    elements = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
+    names = []
+    for el in elements:
+        if isinstance(el, ast.Call):
+            el = el.func
+        if isinstance(el, ast.Constant):
+            names.append(str(el.value))
+        else:
+            names.append(ast.unparse(el))
+    return names
+
+
+def read_python(path: str, text: str) -> ConfigDoc:
+    """TRL settings from ``GRPOConfig(...)`` and ``GRPOTrainer(reward_funcs=...)`` calls in a file."""
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError as exc:
+        raise InputError(path, f"invalid Python: {exc.msg}", exc.lineno) from None
+    assigns = _module_assigns(tree)
+    doc = ConfigDoc(path, "trl", "python")
+    seen = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "frac_reward_zero_std" in node.value:
+            doc.mentions.add("frac_reward_zero_std")
+        if not isinstance(node, ast.Call) or not _call_name(node.func).endswith(_TRL_CALLS):
+            continue
+        seen = True
+        is_trainer = _call_name(node.func).endswith("GRPOTrainer")
+        for kw in node.keywords:
+            if kw.arg is None:  # GRPOConfig(**settings): read a module-level dict literal
+                value = _literal(kw.value, assigns, text)
+                if isinstance(value, dict):
+                    for k, v in value.items():
+                        doc.set(Entry(str(k), v, path, kw.value.lineno))
+                continue
+            if is_trainer and kw.arg != "reward_funcs":
+                continue
+            value = _func_names(kw.value, assigns) if kw.arg == "reward_funcs" else _literal(kw.value, assigns, text)
+            doc.set(Entry(kw.arg, value, path, kw.lineno, ast.get_source_segment(text, kw)))
+    if not seen:
+        raise InputError(path, "no GRPOConfig(...) or GRPOTrainer(...) call found; a Python input is read as "
+                               "TRL settings (pass a verl reward function with --reward-fn instead)")
+    return doc

@@ -1,0 +1,307 @@
+"""``phantom watch METRICS.jsonl``: follow a run's leading indicators while it trains.
+
+The paper's second rule: dashboard the all-fail fraction (the dose) and the mean response length,
+because in collapsing runs length moves *before* validation accuracy. This follows a verl (or
+lab) ``metrics.jsonl`` as it grows - a torn last line, a file that does not exist yet, and verl's
+truncate-on-restart are all handled - and redraws a plain ANSI table of all-fail fraction,
+phantom groups, mean response length, validation accuracy and refill counts. It warns when the
+length has fallen by more than ``--length-drop`` while accuracy has not dropped yet.
+``--once`` prints the table and exits (CI, notebooks): exit 1 when a warning fired, 2 when the
+file cannot be read, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Alert", "MetricsTail", "detect", "indicators", "main", "render"]
+
+VAL_ACC = re.compile(r"^val-core/(?P<ds>.+)/acc/mean@(?P<n>\d+)$")
+VAL_REWARD = re.compile(r"^val-core/(?P<ds>.+)/reward/mean@(?P<n>\d+)$")
+#: column -> candidate metric keys (first present wins); ARCHITECTURE.md's table
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "all_fail": ("phantom/frac/all_fail",),
+    "phantom": ("phantom/groups/phantom",),
+    "dead_live": ("phantom/groups/degenerate_live",),
+    "live": ("phantom/frac/live",),
+    "length": ("response_length/mean",),
+    "score": ("critic/score/mean",),
+    "abs_adv": ("phantom/adv/abs_mean",),
+    "acc": ("phantom/acc/mean",),
+    "refill": ("phantom/gen_batches", "train/num_gen_batches", "training/filter_groups/evicted_samples"),
+}
+HEADERS = {"step": "step", "all_fail": "all-fail", "phantom": "phantom", "dead_live": "dead kept", "live": "live", "length": "len",
+           "val_acc": "val acc", "val_len": "val len", "score": "score", "abs_adv": "|A|", "acc": "train acc", "refill": "refill"}
+
+
+class MetricsTail:
+    """Incremental reader of a growing ``{"step": n, "data": {...}}`` JSONL file."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        p = Path(path)
+        self.path = p / "metrics.jsonl" if p.is_dir() else p
+        self.rows: dict[int, dict[str, Any]] = {}
+        self.bad_lines = 0
+        self._offset, self._buf, self._ino = 0, b"", None
+
+    def poll(self) -> bool:
+        """Read what was appended since the last call; True when new complete records arrived."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return False
+        if st.st_ino != self._ino or st.st_size < self._offset:  # new file, or verl truncated it on restart
+            self.rows.clear()
+            self._offset, self._buf, self._ino, self.bad_lines = 0, b"", st.st_ino, 0
+        if st.st_size == self._offset:
+            return False
+        with self.path.open("rb") as fh:
+            fh.seek(self._offset)
+            data = fh.read()
+        self._offset += len(data)
+        self._buf += data
+        *complete, self._buf = self._buf.split(b"\n")
+        return sum(self._take(line) for line in complete) > 0
+
+    def _take(self, line: bytes) -> bool:
+        if not line.strip():
+            return False
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            self.bad_lines += 1
+            return False
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), (int, float)):
+            self.bad_lines += 1
+            return False
+        self.rows.setdefault(int(rec["step"]), {}).update(rec.get("data") or {})
+        return True
+
+    @property
+    def torn(self) -> bool:
+        """A partial last line is waiting for its end (the writer is mid-line, or died there)."""
+        return bool(self._buf.strip())
+
+
+@dataclass
+class Alert:
+    kind: str  # "length" | "accuracy" | "phantom"
+    step: int
+    severity: str  # "warning" | "info"
+    message: str
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _val_key(rows: dict[int, dict], pattern: re.Pattern[str], want: str | None) -> str | None:
+    keys = sorted({k for r in rows.values() for k in r if pattern.match(k)})
+    if want is not None:
+        return next((k for k in keys if want in k), None)
+    return keys[0] if keys else None
+
+
+def indicators(rows: dict[int, dict[str, Any]], *, val_key: str | None = None) -> tuple[list[dict], dict[str, str]]:
+    """One dict per step with the leading indicators, and the metric key behind each column."""
+    acc_key = _val_key(rows, VAL_ACC, val_key) or _val_key(rows, VAL_REWARD, val_key)
+    source: dict[str, str] = {}
+    if acc_key:
+        source["val_acc"] = acc_key
+        ds = (VAL_ACC.match(acc_key) or VAL_REWARD.match(acc_key)).group("ds")
+        len_keys = sorted(k for r in rows.values() for k in r if k.startswith(f"val-aux/{ds}/len_chars/mean@"))
+        if len_keys:
+            source["val_len"] = len_keys[0]
+    for col, cands in COLUMNS.items():
+        key = next((c for c in cands if any(c in r for r in rows.values())), None)
+        if key:
+            source[col] = key
+    table = []
+    for step in sorted(rows):
+        r = rows[step]
+        table.append({"step": step, **{col: _num(r.get(key)) for col, key in source.items()}})
+    return table, source
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def detect(table: list[dict], *, length_drop: float = 0.3, acc_drop: float = 0.1, baseline: int = 3,
+           window: int = 3) -> list[Alert]:
+    """Alerts: length fell by ``length_drop`` (relative to the first ``baseline`` points, smoothed over
+    ``window`` points), validation accuracy fell by ``acc_drop`` (relative to its first value), and
+    phantom groups being trained in the latest step."""
+    alerts: list[Alert] = []
+    lens = [(t["step"], t["length"]) for t in table if t.get("length") is not None]
+    accs = [(t["step"], t["val_acc"]) for t in table if t.get("val_acc") is not None]
+    acc_step = acc_at = None
+    if len(accs) >= 2 and accs[0][1] > 0:
+        a0 = accs[0][1]
+        acc_step, acc_at = next(((s, a) for s, a in accs[1:] if a <= a0 * (1 - acc_drop)), (None, None))
+    len_step = None
+    if len(lens) > baseline:
+        l0 = _median([v for _, v in lens[:baseline]])
+        for i in range(baseline, len(lens)):
+            smooth = _median([v for _, v in lens[max(0, i - window + 1):i + 1]])
+            if l0 > 0 and smooth <= l0 * (1 - length_drop):
+                len_step = lens[i][0]
+                before = [(s, a) for s, a in accs if s <= len_step]
+                if acc_step is None or acc_step > len_step:
+                    state = (f"validation accuracy has not dropped yet ({before[-1][1]:.3f} at step {before[-1][0]})"
+                             if before else "no validation accuracy yet")
+                    lead = "LEADING INDICATOR: "
+                else:
+                    state, lead = f"validation accuracy already dropped at step {acc_step}", ""
+                alerts.append(Alert("length", len_step, "warning",
+                                    f"{lead}mean response length fell {1 - smooth / l0:.0%} ({l0:.1f} -> {smooth:.1f})"
+                                    f" by step {len_step}; {state}"))
+                break
+    if acc_step is not None:
+        lead = f"; length warned {acc_step - len_step} step(s) earlier" if len_step is not None and \
+            len_step < acc_step else ""
+        alerts.append(Alert("accuracy", acc_step, "warning",
+                            f"validation accuracy fell from {accs[0][1]:.3f} to {acc_at:.3f} by step {acc_step}{lead}"))
+    last = next((t for t in reversed(table) if t.get("phantom") is not None), None)
+    if last is not None and last["phantom"] and last["phantom"] > 0 and last.get("dead_live") != 0:
+        alerts.append(Alert("phantom", last["step"], "info",
+                            f"{last['phantom']:.0f} phantom group(s) at step {last['step']}: all-fail, with shaped "
+                            "spread; under GRPO without an outcome gate they train at full size"))
+    return sorted(alerts, key=lambda a: a.step)
+
+
+_FMT = {"all_fail": ".3f", "live": ".3f", "val_acc": ".3f", "acc": ".3f", "score": ".3f", "phantom": ".0f",
+        "dead_live": ".0f", "abs_adv": ".3f",
+        "length": ".1f", "val_len": ".1f", "refill": ".0f"}
+_C = {"bold": "\x1b[1m", "red": "\x1b[31m", "yellow": "\x1b[33m", "dim": "\x1b[2m", "reset": "\x1b[0m"}
+
+
+def render(table: list[dict], source: dict[str, str], alerts: list[Alert], *, path: str = "", rows: int = 15,
+           color: bool = False, torn: bool = False, bad_lines: int = 0) -> str:
+    """The indicator table (last ``rows`` steps) and the alerts, as plain text or ANSI."""
+    c = _C if color else dict.fromkeys(_C, "")
+    cols = ["step"] + [k for k in HEADERS if k != "step" and k in source]
+    marks = {a.step: ("yellow" if a.kind == "length" else "red") for a in alerts if a.severity == "warning"}
+    width = {k: max(len(HEADERS[k]), 8) for k in cols}
+    out = [f"{c['bold']}phantom watch{c['reset']} {path}  ({len(table)} steps"
+           + (", last line incomplete" if torn else "") + (f", {bad_lines} unreadable line(s)" if bad_lines else "")
+           + ")"]
+    out.append(c["bold"] + "  ".join(f"{HEADERS[k]:>{width[k]}}" for k in cols) + c["reset"])
+    for t in table[-rows:]:
+        cells = []
+        for k in cols:
+            v = t.get(k)
+            cells.append(f"{v:>{width[k]}}" if k == "step" else f"{'-' if v is None else format(v, _FMT[k]):>{width[k]}}")
+        line = "  ".join(cells)
+        out.append(f"{c[marks[t['step']]]}{line}{c['reset']}" if t["step"] in marks else line)
+    if not table:
+        out.append(f"{c['dim']}(no complete records yet){c['reset']}")
+    keys = ", ".join(f"{HEADERS[k]}={source[k]}" for k in cols if k in source)
+    out.append(f"{c['dim']}keys: {keys or 'none of the known metric keys'}{c['reset']}")
+    for a in alerts:
+        tone = "yellow" if a.kind == "length" else "red" if a.severity == "warning" else "dim"
+        out.append(f"{c[tone]}{a.severity.upper()} [{a.kind}] {a.message}{c['reset']}")
+    return "\n".join(out)
+
+
+@dataclass
+class WatchResult:
+    alerts: list[Alert] = field(default_factory=list)
+    steps: int = 0
+
+
+def follow(tail: MetricsTail, *, interval: float, emit: Callable[[str], None], opts: dict[str, Any],
+           timeout: float | None = None, until_done: bool = False, sleep: Callable[[float], None] = time.sleep,
+           clock: Callable[[], float] = time.monotonic) -> WatchResult:
+    """Poll ``tail`` every ``interval`` seconds and emit a redrawn table whenever it changes."""
+    start, result, waiting = clock(), WatchResult(), False
+    while True:
+        if tail.poll() or (not waiting and not tail.path.exists()):
+            if tail.path.exists():
+                table, source = indicators(tail.rows, val_key=opts["val_key"])
+                result.alerts = detect(table, length_drop=opts["length_drop"], acc_drop=opts["acc_drop"])
+                result.steps = len(table)
+                emit(render(table, source, result.alerts, path=str(tail.path), rows=opts["rows"],
+                            color=opts["color"], torn=tail.torn, bad_lines=tail.bad_lines))
+            else:
+                emit(f"waiting for {tail.path} ...")
+                waiting = True
+        if until_done and _finished(tail.path):
+            return result
+        if timeout is not None and clock() - start >= timeout:
+            return result
+        sleep(interval)
+
+
+def _finished(metrics: Path) -> bool:
+    try:
+        status = json.loads((metrics.parent / "manifest.json").read_text()).get("status")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return False
+    return status in ("done", "failed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="phantom watch", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    ap.add_argument("metrics", help="a metrics.jsonl (verl file logger or phantom lab) or a run folder")
+    ap.add_argument("--once", action="store_true", help="print the table once and exit (exit 1 on a warning)")
+    ap.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
+    ap.add_argument("--length-drop", type=float, default=0.3,
+                    help="warn when mean length falls by this fraction of its start (default 0.3)")
+    ap.add_argument("--acc-drop", type=float, default=0.1,
+                    help="accuracy drop alarm, as a fraction of the first validation accuracy (default 0.1)")
+    ap.add_argument("--val-key", help="substring picking the validation data source (default: the first)")
+    ap.add_argument("--rows", type=int, default=15, help="steps shown (default 15)")
+    ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    ap.add_argument("--timeout", type=float, help="stop following after this many seconds")
+    ap.add_argument("--until-done", action="store_true", help="stop when the run folder's manifest is done/failed")
+    args = ap.parse_args(argv)
+    for name in ("length_drop", "acc_drop"):
+        if not 0.0 < getattr(args, name) < 1.0:
+            print(f"phantom watch: --{name.replace('_', '-')} {getattr(args, name)} is invalid; allowed: 0 < x < 1",
+                  file=sys.stderr)
+            return 2
+    if args.interval <= 0 or args.rows < 1:
+        print("phantom watch: --interval must be > 0 and --rows >= 1", file=sys.stderr)
+        return 2
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    opts = {"val_key": args.val_key, "length_drop": args.length_drop, "acc_drop": args.acc_drop, "rows": args.rows,
+            "color": color}
+    tail = MetricsTail(args.metrics)
+    if args.once:
+        if not tail.path.is_file():
+            print(f"phantom watch: {tail.path}: no such file", file=sys.stderr)
+            return 2
+        tail.poll()
+        table, source = indicators(tail.rows, val_key=args.val_key)
+        if not table:
+            print(f"phantom watch: {tail.path}: no complete {{\"step\": n, \"data\": ...}} records", file=sys.stderr)
+            return 2
+        alerts = detect(table, length_drop=args.length_drop, acc_drop=args.acc_drop)
+        print(render(table, source, alerts, path=str(tail.path), rows=args.rows, color=color, torn=tail.torn,
+                     bad_lines=tail.bad_lines))
+        return 1 if any(a.severity == "warning" for a in alerts) else 0
+    clear = "\x1b[H\x1b[2J" if color else ""
+
+    def emit(text: str) -> None:
+        print(clear + text + ("" if color else "\n"), flush=True)
+
+    try:
+        res = follow(tail, interval=args.interval, emit=emit, opts=opts, timeout=args.timeout,
+                     until_done=args.until_done)
+    except KeyboardInterrupt:
+        table, _ = indicators(tail.rows, val_key=args.val_key)
+        res = WatchResult(detect(table, length_drop=args.length_drop, acc_drop=args.acc_drop), len(table))
+    return 1 if any(a.severity == "warning" for a in res.alerts) else 0
