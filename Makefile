@@ -21,7 +21,8 @@ help:
 setup:
 	@scripts/setup_env.sh "$(PYTHON)" "$(VENV)" "$(EXTRAS)"
 
-## Full test suite (CI runs exactly this).
+## Full test suite (CI runs exactly this). The book part builds the quick profile into _build/test
+## (tests/test_book_browser.py) and leaves page screenshots in _build/screens/.
 test: setup
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
@@ -30,7 +31,8 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
-## The book with the full CPU-lab profile.
+## The book with the full CPU-lab profile -> _build/html/index.html (vendors JS, runs the lab sweeps
+## the chapters need, executes every chapter with papermill, strict jupyter-book build).
 book: setup
 	$(BIN)/phantom book build --profile full
 
@@ -38,8 +40,12 @@ book: setup
 book-quick: setup
 	$(BIN)/phantom book build --profile quick
 
-## JupyterLab on the chapters and notebooks (jupytext pairs the text sources).
+## JupyterLab on the chapters and notebooks: jupytext opens the MyST / py:percent sources as notebooks
+## (chapters pair with git-ignored .ipynb under book/_build/lab, see book/jupytext.toml); ipywidgets
+## controls run in the live kernel. book/_lab/overrides.json makes .md files open as notebooks.
 jupyter: setup
+	@mkdir -p $(VENV)/share/jupyter/lab/settings
+	@cp book/_lab/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	$(BIN)/jupyter lab --notebook-dir=. --ServerApp.allow_root=True
 
 lint: setup

@@ -31,6 +31,14 @@ else
   echo "[setup] $VENV is up to date"
 fi
 
+if [[ ",$EXTRAS," == *",book,"* ]] && ! command -v npm >/dev/null 2>&1; then
+  # scripts/vendor_js.py fetches MathJax, require.js and the widget manager with `npm pack`
+  echo "[setup] installing Debian nodejs + npm for vendoring the book's JavaScript"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
+fi
+
 if [[ ",$EXTRAS," == *",book,"* ]] && ! command -v chromium >/dev/null 2>&1; then
   echo "[setup] installing Debian chromium for the browser test"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
