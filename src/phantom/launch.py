@@ -1,0 +1,367 @@
+"""Launch real verl 0.9.1 runs: ``phantom verl run ...`` and :func:`launch` (used by ``notebooks/verl_arm.py``).
+
+One call = one run folder ``runs/<name>/`` (see ``phantom.runs``)::
+
+    manifest.json   spec, overrides, command, versions, git commit, status running|done|failed, times
+    metrics.jsonl   verl's file logger (VERL_FILE_LOGGER_PATH, fresh per run) + the merged gate lines
+    gate.jsonl      raw per-step GateStats written by the phantom estimators in the TaskRunner
+    rollout.jsonl   CPU backend: one line per generated batch of the hf rollout server
+    stdout.log      everything verl printed
+
+Order of work, so that bad input fails before Ray starts and leaves nothing behind: validate the
+spec (arm, estimator, lambda, files, model) -> refuse a folder a live run holds -> reuse a finished
+run of the same spec -> compose verl's config and run verl's ``validate_config`` -> check in a fresh
+interpreter, with the run's environment, that ``import verl`` registers the phantom estimators
+(and loads the CPU backend) -> only then create the folder and start ``python -m verl.trainer.main_ppo``
+with an argument list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from phantom.advantages import GateStats
+from phantom.runs import RunConflict, RunDir, RunInUse, read_metrics, runs_root, spec_hash
+from phantom.verl_spec import VerlSpec, compose, load_preset, make_spec, presets, to_overrides
+
+__all__ = ["launch", "preflight", "run_env", "command", "gate_metrics", "read_run_metrics", "main"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+PROGRESS_KEYS = ("val-core", "critic/score/mean", "response_length/mean", "phantom/frac/zeroed")
+
+
+def default_name(spec: VerlSpec) -> str:
+    dapo = f"-dapo_{spec.dapo_metric}" if spec.dapo else ""
+    return f"verl-{spec.estimator}-{spec.arm}{dapo}-lam{spec.lam:g}-s{spec.seed}-{spec_hash(spec.to_dict())[:6]}"
+
+
+def run_env(spec: VerlSpec, run: Path) -> dict[str, str]:
+    """Environment of the verl process (a local Ray cluster and all its actors inherit it)."""
+    env = dict(os.environ)
+    env.update({
+        "VERL_FILE_LOGGER_PATH": str(run / "metrics.jsonl"), "PHANTOM_GATE_LOG": str(run / "gate.jsonl"),
+        "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1", "WANDB_MODE": "disabled", "RAY_DEDUP_LOGS": "0",
+        "TOKENIZERS_PARALLELISM": "false",
+    })
+    if env.get("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower() not in ("auto", ""):
+        names = {n.strip() for n in env["VERL_USE_EXTERNAL_PLUGINS"].split(",")}
+        if "phantom" not in names:  # an explicit list without us would silently drop the estimators
+            env["VERL_USE_EXTERNAL_PLUGINS"] = ",".join(sorted(names - {"none"} | {"phantom"}))
+    if spec.backend == "cpu":
+        from phantom.verl_cpu import PLUGIN_MODULE
+
+        env["PHANTOM_ROLLOUT_LOG"] = str(run / "rollout.jsonl")
+
+        mods = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
+        env["VERL_USE_EXTERNAL_MODULES"] = ",".join([*mods, PLUGIN_MODULE] if PLUGIN_MODULE not in mods else mods)
+        env["VERL_PLATFORM"] = "cpu"
+        env["OMP_NUM_THREADS"] = "1"
+        if env.get("CUDA_VISIBLE_DEVICES") == "":
+            del env["CUDA_VISIBLE_DEVICES"]  # Ray refuses logical GPUs when it is set but empty
+    return env
+
+
+def command(spec: VerlSpec, overrides: list[str], run: Path) -> tuple[list[str], Path]:
+    """The verl command line (an argument list) and its working directory."""
+    hydra = [f"hydra.run.dir={run / 'hydra'}", "hydra.job.chdir=False"]
+    if spec.trainer == "recipe_dapo":
+        return [sys.executable, "-m", "recipe.dapo.main_dapo", *overrides, *hydra], Path(spec.recipe_path or ".")
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, *hydra], run
+
+
+_PREFLIGHT = """
+import json, sys
+import verl
+from verl.trainer.ppo import core_algos
+from verl.utils.device import get_device_name, get_nccl_backend
+from verl.workers.rollout.replica import RolloutReplicaRegistry
+names = sorted(k for k in core_algos.ADV_ESTIMATOR_REGISTRY if k.startswith("phantom_grpo_"))
+json.dump({"verl": verl.__version__, "estimators": names, "device": get_device_name(), "ccl": get_nccl_backend(),
+           "rollouts": sorted(RolloutReplicaRegistry._registry)}, sys.stdout)
+"""
+
+
+def preflight(spec: VerlSpec, env: dict[str, str]) -> dict[str, Any]:
+    """In a fresh interpreter with the run's environment: ``import verl`` must register the estimators.
+
+    verl swallows entry-point import errors (logged at DEBUG), so without this check a broken
+    install would surface only as "unknown advantage estimator" deep inside a Ray actor.
+    """
+    proc = subprocess.run([sys.executable, "-c", _PREFLIGHT], env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"`import verl` failed in the run's environment:\n{proc.stderr.strip()[-2000:]}")
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    if spec.estimator_name not in info["estimators"]:
+        raise RuntimeError(
+            f"verl {info['verl']} does not register {spec.estimator_name} on import (found {info['estimators']}): "
+            "is phantom installed in this interpreter (`pip install -e .`), and VERL_USE_EXTERNAL_PLUGINS not 'none'?")
+    if spec.backend == "cpu" and (info["device"] != "cpu" or "hf" not in info["rollouts"]):
+        raise RuntimeError(f"the CPU backend did not load: verl picked device {info['device']!r}, "
+                           f"rollout backends {info['rollouts']}")
+    return info
+
+
+def gate_metrics(path: str | os.PathLike[str], train_batch_size: int | None = None) -> dict[int, dict[str, float]]:
+    """Per-step ``phantom/...`` metrics from a gate log (several estimator calls of one step are summed)."""
+    p = Path(path)
+    if not p.is_file():
+        return {}
+    acc: dict[int, dict[str, Any]] = defaultdict(lambda: {"stats": None, "rows": 0, "abs": 0.0, "acc": 0.0, "acc_n": 0})
+    for line in p.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line of a run still writing
+        a = acc[int(rec["step"])]
+        st = rec["stats"]
+        if a["stats"] is None:
+            a["stats"] = dict(st)
+        else:
+            for k, v in st.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and a["stats"].get(k) is not None:
+                    a["stats"][k] += v
+        a["rows"] += rec["rows"]
+        a["abs"] += rec["abs_adv_sum"]
+        if rec.get("acc_sum") is not None:
+            a["acc"] += rec["acc_sum"]
+            a["acc_n"] += rec["rows"]
+    out: dict[int, dict[str, float]] = {}
+    for step, a in acc.items():
+        m = GateStats(**a["stats"]).to_metrics()
+        m["phantom/adv/abs_mean"] = a["abs"] / max(a["rows"], 1)
+        if a["acc_n"]:
+            m["phantom/acc/mean"] = a["acc"] / a["acc_n"]
+        out[step] = m
+    return out
+
+
+def _dapo_metrics(metrics_path: Path, spec: VerlSpec) -> dict[int, dict[str, float]]:
+    """Prompts generated per step and the generation-batch equivalent (V1 refill telemetry)."""
+    if not spec.dapo or not metrics_path.is_file():
+        return {}
+    df = read_metrics(metrics_path)
+
+    def value(row: Any, key: str) -> float:  # verl omits a counter in steps where it is 0
+        v = row.get(key)
+        return 0.0 if v is None or v != v else float(v)
+
+    out = {}
+    for step, row in df.iterrows():
+        if step == 0 or "timing_s/step" not in row or row["timing_s/step"] != row["timing_s/step"]:
+            continue  # not a training step
+        if value(row, "train/num_gen_batches") > 0:  # the recipe trainer counts them itself
+            out[int(step)] = {"phantom/gen_batches": value(row, "train/num_gen_batches")}
+            continue
+        evicted = value(row, "training/filter_groups/evicted_samples")
+        prompts = spec.train_batch_size + evicted + value(row, "training/filter_groups/discarded_surplus_samples")
+        out[int(step)] = {"phantom/prompts_generated": prompts, "phantom/gen_batches": prompts / spec.train_batch_size,
+                          "phantom/refilled": float(evicted > 0)}
+    return out
+
+
+def read_run_metrics(run: str | os.PathLike[str]):
+    """A run's metrics (``phantom.runs.read_metrics``) with the gate log overlaid: works on a live run too."""
+    run = Path(run)
+    df = read_metrics(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else None
+    gates = gate_metrics(run / "gate.jsonl")
+    import pandas as pd
+
+    if gates:
+        g = pd.DataFrame.from_dict(gates, orient="index")
+        df = g if df is None else df.combine_first(g)
+        df.index.name = "step"
+    return df if df is not None else pd.DataFrame()
+
+
+def _merge(run: RunDir, spec: VerlSpec) -> int:
+    """Append the gate and DAPO metrics to metrics.jsonl as extra lines of their steps (verl has exited)."""
+    per_step: dict[int, dict[str, float]] = defaultdict(dict)
+    for source in (gate_metrics(run.path / "gate.jsonl"), _dapo_metrics(run.metrics_path, spec)):
+        for step, m in source.items():
+            per_step[step].update(m)
+    for step in sorted(per_step):
+        run.log(step, per_step[step])
+    return len(per_step)
+
+
+def _short(key: str) -> str:
+    return "val_acc" if key.startswith("val-core") else key.split("/")[-2] if key.count("/") >= 2 else key
+
+
+def _progress(run: RunDir, proc: subprocess.Popen, spec: VerlSpec, show: bool, timeout: float | None) -> None:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=spec.steps, desc=run.name, unit="step", disable=not show, file=sys.stderr)
+    start, seen = time.time(), -1
+    while proc.poll() is None:
+        time.sleep(1.0)
+        if timeout is not None and time.time() - start > timeout:
+            _stop(proc)
+            raise TimeoutError(f"run {run.name} exceeded {timeout:.0f} s")
+        try:
+            df = read_metrics(run.metrics_path) if run.metrics_path.is_file() else None
+        except (OSError, ValueError):
+            continue
+        if df is None or df.empty or int(df.index.max()) == seen:
+            continue
+        seen = int(df.index.max())
+        last = df.loc[seen]
+        post = {_short(k): f"{last[k]:.3g}" for k in last.index
+                if k.startswith(PROGRESS_KEYS) and isinstance(last[k], (int, float)) and last[k] == last[k]}
+        bar.set_postfix(post, refresh=False)
+        bar.update(max(0, seen - bar.n))
+    bar.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop verl and everything it started: it runs in its own process group (Ray's raylet, GCS, workers)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            try:
+                os.killpg(proc.pid, 0)  # anyone left in the group?
+            except ProcessLookupError:
+                proc.poll()
+                return
+            proc.poll()
+            time.sleep(0.5)
+
+
+def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLike[str] | None = None,
+           timeout: float | None = None, progress: bool = True, echo: bool = False) -> RunDir:
+    """Run ``spec`` to completion (or reuse its finished folder); returns the run folder.
+
+    Raises ``ValueError`` / ``FileNotFoundError`` / ``RunInUse`` / ``RunConflict`` / ``RuntimeError``
+    before anything is written; a run that starts but fails is marked ``failed`` and raises ``RuntimeError``.
+    """
+    name = name or default_name(spec)
+    if not _NAME.match(name):
+        raise ValueError(f"name={name!r} is invalid; allowed: letters, digits, '.', '_', '-' (max 100)")
+    run = RunDir(runs_root(runs_dir) / name)
+    spec_dict = spec.to_dict()
+    child = run.manifest().get("child_pid")
+    if run.status == "running" and isinstance(child, int) and _alive(child):
+        raise RunInUse(f"run {run.path} is still being written by verl (pid {child}) although its launcher is gone; "
+                       "stop that process or wait for it")
+    if run.check_startable(spec_dict):  # RunInUse for a live run, RunConflict for another spec
+        return run
+    overrides = to_overrides(spec, run.path, name)
+    compose(overrides, spec.trainer, spec.recipe_path)
+    env = run_env(spec, run.path)
+    versions = preflight(spec, env)
+    argv, cwd = command(spec, overrides, run.path)
+    run = RunDir.start(name, spec_dict, kind="verl", root=runs_dir,
+                       extra={"overrides": overrides, "command": argv, "backend": spec.backend, "preset": spec.preset,
+                              "preflight": versions})
+    cwd = cwd if spec.trainer == "recipe_dapo" else run.path
+    with run.stdout_path.open("w") as log:
+        try:  # its own session, so that _stop can end verl and every Ray process it started
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, bufsize=1, start_new_session=True)
+        except OSError as exc:
+            run.finish("failed", error=f"{type(exc).__name__}: {exc}")
+            raise RuntimeError(f"could not start verl: {exc}") from exc
+        run.update(child_pid=proc.pid)
+
+        def pump() -> None:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                log.write(line)
+                if echo:
+                    sys.stdout.write(line)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            _progress(run, proc, spec, progress, timeout)
+        except BaseException as exc:
+            _stop(proc)
+            reader.join(timeout=10)
+            run.finish("failed", error=f"{type(exc).__name__}: {exc}", returncode=proc.poll())
+            raise
+        rc = proc.wait()
+        _stop(proc)  # a clean exit shuts Ray down; this only reaps stragglers of the process group
+        reader.join(timeout=30)
+    df = read_metrics(run.metrics_path) if run.metrics_path.is_file() else None
+    last = int(df.index.max()) if df is not None and not df.empty else -1
+    if rc != 0 or last < spec.steps:
+        tail = run.stdout_path.read_text()[-3000:]
+        run.finish("failed", returncode=rc, last_step=last)
+        raise RuntimeError(f"verl run {name} failed (exit {rc}, last logged step {last} of {spec.steps}); "
+                           f"see {run.stdout_path}\n{tail}")
+    merged = _merge(run, spec)
+    run.finish("done", returncode=rc, last_step=last, merged_steps=merged)
+    return run
+
+
+def _parse_sets(items: list[str]) -> dict[str, Any]:
+    import yaml
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r}: expected key=value")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="phantom verl", description="real verl 0.9.1 runs (CPU here, GPU for users)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("presets", help="list presets and their settings")
+    for cmd in ("run", "overrides"):
+        p = sub.add_parser(cmd, help="launch a run" if cmd == "run" else "print the overrides a run would use")
+        p.add_argument("--preset", default="cpu_tiny")
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="spec field, e.g. --set arm=score --set lam=0.5 (repeatable)")
+        p.add_argument("--name", default=None)
+        p.add_argument("--runs-dir", default=None)
+        if cmd == "run":
+            p.add_argument("--timeout", type=float, default=None, help="seconds before the run is stopped")
+            p.add_argument("--echo", action="store_true", help="copy verl's output to this terminal")
+    args = parser.parse_args(argv)
+    if args.cmd == "presets":
+        for p in presets():
+            print(f"{p}: {json.dumps(load_preset(p))}")
+        return 0
+    try:
+        spec = make_spec(args.preset, **_parse_sets(args.set))
+        if args.cmd == "overrides":
+            name = args.name or default_name(spec)
+            run_path = runs_root(args.runs_dir) / name
+            print("\n".join(command(spec, to_overrides(spec, run_path, name), run_path)[0]))
+            return 0
+        run = launch(spec, args.name, runs_dir=args.runs_dir, timeout=args.timeout, echo=args.echo)
+    except (ValueError, FileNotFoundError, RunInUse, RunConflict) as exc:
+        print(f"phantom verl: {exc}", file=sys.stderr)
+        return 2
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"phantom verl: {exc}", file=sys.stderr)
+        return 1
+    print(f"{run.status}: {run.path}")
+    return 0

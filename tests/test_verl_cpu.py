@@ -1,0 +1,120 @@
+"""phantom.verl_cpu without Ray: the batched generator, the batching server, the platform, the assets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+pytest.importorskip("verl.workers.rollout.replica")
+
+from phantom.verl_cpu.assets import ensure_tiny  # noqa: E402
+from phantom.verl_cpu.platform import dedupe_backend  # noqa: E402
+from phantom.verl_cpu.rollout import BatchGenerator, HFServer, Request  # noqa: E402
+from phantom.verl_spec import tiny_root  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    paths = ensure_tiny(tiny_root())
+    model = AutoModelForCausalLM.from_pretrained(paths["model"], dtype=torch.float32, attn_implementation="sdpa")
+    tok = AutoTokenizer.from_pretrained(paths["model"])
+    prompts = [tok.apply_chat_template([{"role": "user", "content": f"What is {i}+{2 * i % 9}?"}],
+                                       add_generation_prompt=True, tokenize=True)["input_ids"] for i in range(12)]
+    return SimpleNamespace(paths=paths, model=model, tok=tok, prompts=prompts)
+
+
+def test_assets_are_deterministic_and_verl_ready(tiny, tmp_path):
+    again = ensure_tiny(tmp_path / "tiny")
+    a = (tiny.paths["model"] / "model.safetensors").read_bytes()
+    assert (again["model"] / "model.safetensors").read_bytes() == a
+    assert tiny.tok.encode("\n", add_special_tokens=False).__len__() == 1  # verl's Qwen token builder
+    assert tiny.tok.convert_tokens_to_ids("<|im_end|>") == tiny.tok.eos_token_id
+    assert json.loads((tiny.paths["model"] / "config.json").read_text())["model_type"] == "qwen2"
+
+
+def test_batched_greedy_equals_one_at_a_time(tiny):
+    gen = BatchGenerator(tiny.model, {tiny.tok.eos_token_id}, tiny.tok.pad_token_id)
+    reqs = [Request(p, max_tokens=5 + i % 7, temperature=0.0, logprobs=True) for i, p in enumerate(tiny.prompts)]
+    batched = gen.generate(reqs)
+    single = [gen.generate([r])[0] for r in reqs]
+    assert [b["token_ids"] for b in batched] == [s["token_ids"] for s in single]
+    for b, s, r in zip(batched, single, reqs):
+        assert len(b["token_ids"]) <= r.max_tokens
+        assert max(abs(x - y) for x, y in zip(b["log_probs"], s["log_probs"])) < 1e-4
+
+
+def test_logprobs_are_the_actors_quantity(tiny):
+    """log_softmax(logits / T) of the sampled token over the full vocabulary (what verl's actor recomputes)."""
+    gen = BatchGenerator(tiny.model, set(), tiny.tok.pad_token_id, seed=3)
+    p = tiny.prompts[0]
+    out = gen.generate([Request(p, max_tokens=4, temperature=0.7, top_k=20, top_p=0.9)])[0]
+    ids = torch.tensor([p + out["token_ids"]])
+    with torch.no_grad():
+        logits = tiny.model(input_ids=ids).logits[0, len(p) - 1:-1].float() / 0.7
+    ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out["token_ids"])[:, None]).squeeze(-1)
+    torch.testing.assert_close(torch.tensor(out["log_probs"]), ref, rtol=0, atol=1e-4)
+
+
+def test_eos_and_top_k_one(tiny):
+    gen = BatchGenerator(tiny.model, {tiny.tok.eos_token_id}, tiny.tok.pad_token_id)
+    greedy = gen.generate([Request(tiny.prompts[1], max_tokens=8, temperature=0.0)])[0]["token_ids"]
+    top1 = gen.generate([Request(tiny.prompts[1], max_tokens=8, temperature=1.3, top_k=1)])[0]["token_ids"]
+    assert top1 == greedy
+    eos = greedy[2]  # pretend the third greedy token is EOS: generation must stop right there
+    stopped = BatchGenerator(tiny.model, {eos}, tiny.tok.pad_token_id).generate(
+        [Request(tiny.prompts[1], max_tokens=8, temperature=0.0)])[0]["token_ids"]
+    assert stopped == greedy[: greedy.index(eos) + 1]
+    ignored = BatchGenerator(tiny.model, {eos}, tiny.tok.pad_token_id).generate(
+        [Request(tiny.prompts[1], max_tokens=8, temperature=0.0, ignore_eos=True)])[0]["token_ids"]
+    assert ignored == greedy
+
+
+def _server(tiny, max_batch):
+    from verl.workers.config import RolloutConfig
+
+    cfg = RolloutConfig(name="hf", prompt_length=64, response_length=6, max_num_seqs=max_batch,
+                        tensor_model_parallel_size=1)
+    return HFServer(cfg, SimpleNamespace(path=str(tiny.paths["model"]), local_path=None), replica_rank=0)
+
+
+@pytest.mark.parametrize("max_batch", [1024, 4, 1])
+def test_server_batches_concurrent_requests(tiny, max_batch):
+    server = _server(tiny, max_batch)
+    params = {"temperature": 0, "logprobs": True, "top_p": 1.0, "top_k": -1}
+
+    async def many():
+        return await asyncio.gather(*(server.generate(p, params, request_id=str(i))
+                                      for i, p in enumerate(tiny.prompts)))
+
+    outs = asyncio.run(many())
+    stats = server.get_stats()
+    assert stats["requests"] == len(tiny.prompts)
+    assert stats["batches"] == -(-len(tiny.prompts) // min(max_batch, len(tiny.prompts)))
+    assert all(1 <= len(o.token_ids) <= 6 and len(o.log_probs) == len(o.token_ids) for o in outs)
+    solo = BatchGenerator(server.gen.model, server.gen.eos_ids.tolist(), tiny.tok.pad_token_id)
+    assert outs[5].token_ids == solo.generate([Request(tiny.prompts[5], max_tokens=6, temperature=0)])[0]["token_ids"]
+
+
+def test_server_weight_sync(tiny):
+    server = _server(tiny, 8)
+    state = {k: v * 0 for k, v in server.gen.model.state_dict().items() if not k.endswith("lm_head.weight")}
+    assert asyncio.run(server.update_weights(state, global_steps=3)) == len(state)
+    assert server.weight_checksum() == 0.0 and server.global_steps == 3
+    with pytest.raises(RuntimeError, match="weight sync mismatch"):
+        asyncio.run(server.update_weights({"bogus": torch.zeros(1)}))
+
+
+def test_dedupe_backend():
+    assert dedupe_backend("cpu:gloo,cpu:gloo") == "cpu:gloo"
+    assert dedupe_backend("cpu:gloo,cuda:nccl") == "cpu:gloo,cuda:nccl"
+    assert dedupe_backend("gloo") == "gloo" and dedupe_backend(None) is None
+
+# The plugin loading in a fresh process (device cpu, gloo, the hf backend) is checked by the launcher's
+# preflight: tests/test_verl_launch.py::test_preflight_checks_a_fresh_interpreter.

@@ -1,0 +1,272 @@
+"""phantom.verl_spec / phantom.launch without Ray: presets, overrides, verl's composed config, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl.trainer.ppo.ray_trainer")
+
+from phantom import launch as launch_mod  # noqa: E402
+from phantom.launch import default_name, gate_metrics, launch, main, read_run_metrics, run_env  # noqa: E402
+from phantom.runs import RunConflict, RunDir, RunInUse, spec_hash  # noqa: E402
+from phantom.verl_spec import compose, load_preset, make_spec, presets, to_overrides  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Two tiny parquet files in verl's schema, and a fake model folder (config.json only)."""
+    from phantom.data import verl_row, write_parquet
+
+    root = tmp_path_factory.mktemp("verl_inputs")
+    rows = [verl_row("openai/gsm8k", f"What is {i}+1?", i + 1, "train", i) for i in range(8)]
+    train = write_parquet(rows, root / "train.parquet")
+    test = write_parquet(rows[:2], root / "test.parquet")
+    model = root / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    return {"train_files": str(train), "val_files": str(test), "model": str(model)}
+
+
+@pytest.fixture()
+def no_verl_process(monkeypatch):
+    """Any attempt to start verl (or the preflight) fails the test: bad input must stop before."""
+
+    def boom(*a, **k):
+        raise AssertionError(f"a subprocess was started: {a[0] if a else k}")
+
+    monkeypatch.setattr(launch_mod.subprocess, "Popen", boom)
+    monkeypatch.setattr(launch_mod.subprocess, "run", boom)
+
+
+def test_paper_presets_hold_the_paper_settings():
+    p = load_preset("paper_gsm8k")
+    assert p["model"] == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert (p["lora_rank"], p["rollout_n"], p["train_batch_size"], p["lr"], p["steps"], p["val_freq"],
+            p["kl_loss_coef"], p["lam"]) == (32, 5, 32, 1e-4, 40, 5, 0.001, 0.3)
+    d = load_preset("paper_dapo")
+    assert (d["dapo"], d["gen_batch_size"], d["train_batch_size"], d["max_num_gen_batches"]) == (True, 96, 32, 10)
+    assert load_preset("paper_gspo")["estimator"] == "gspo" and load_preset("paper_drgrpo")["estimator"] == "drgrpo"
+    assert {"cpu_tiny", "cpu_lab", "paper_math"} <= set(presets())
+
+
+@pytest.mark.parametrize("preset", ["paper_gsm8k", "paper_dapo", "paper_gspo", "paper_drgrpo"])
+def test_gpu_presets_compose_with_verls_config(preset, data, tmp_path):
+    spec = make_spec(preset, train_files=data["train_files"], val_files=data["val_files"])
+    o = to_overrides(spec, tmp_path / "r", "r")
+    cfg = compose(o, validate=False)  # verl's validation instantiates the vLLM config: GPU machines only
+    assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.actor_rollout_ref.model.lora_rank == 32
+    assert cfg.algorithm.adv_estimator == spec.estimator_name
+    assert cfg.reward.custom_reward_function.path == "pkg://phantom.verl_reward"
+    assert cfg.reward.custom_reward_function.reward_kwargs.lam == 0.3
+    assert cfg.actor_rollout_ref.actor.use_kl_loss and cfg.actor_rollout_ref.actor.kl_loss_coef == 0.001
+    assert cfg.trainer.test_freq == 5 and cfg.trainer.total_training_steps == 40
+    if preset == "paper_dapo":
+        fg = cfg.algorithm.filter_groups
+        assert (fg.enable, fg.metric, fg.max_inflight_gen_batches) == (True, "acc", 3)
+    if preset == "paper_gspo":
+        assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
+        assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
+    assert cfg.algorithm.norm_adv_by_std_in_grpo is (preset != "paper_drgrpo")
+
+
+def test_cpu_overrides(data, tmp_path):
+    spec = make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"],
+                     arm="score", n_gpus_per_node=2, kl_loss_coef=0.001, lora_rank=4)
+    o = to_overrides(spec, tmp_path / "run", "run")
+    for needed in ("actor_rollout_ref.rollout.name=hf", "trainer.device=cpu", "+ray_kwargs.ray_init.num_gpus=2",
+                   "ray_kwargs.ray_init.num_cpus=10", "algorithm.adv_estimator=phantom_grpo_score",
+                   "actor_rollout_ref.model.lora.merge=True", "+algorithm.phantom.lam=0.3",
+                   "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16",
+                   f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={tmp_path / 'run' / 'metrics.jsonl'}"):
+        assert needed in o
+    cfg = compose(o)
+    assert cfg.trainer.n_gpus_per_node == 2
+    env = run_env(spec, tmp_path / "run")
+    assert env["VERL_USE_EXTERNAL_MODULES"].endswith("phantom.verl_cpu.plugin") and env["VERL_PLATFORM"] == "cpu"
+
+
+def test_scale_out_and_passthrough(data, tmp_path):
+    spec = make_spec("paper_gsm8k", train_files=data["train_files"], val_files=data["val_files"], nnodes=2,
+                     n_gpus_per_node=8, ray_address="ray://head:10001",
+                     extra_overrides=["actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
+    o = to_overrides(spec, tmp_path / "r", "r")
+    assert {"trainer.nnodes=2", "trainer.n_gpus_per_node=8", "+ray_kwargs.ray_init.address=ray://head:10001"} <= set(o)
+    assert o[-1] == "actor_rollout_ref.rollout.tensor_model_parallel_size=2"
+    cfg = compose(o, validate=False)
+    assert cfg.ray_kwargs.ray_init.address == "ray://head:10001"
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "needle"),
+    [
+        ({"arm": "outcme"}, ValueError, "arm='outcme' is unknown"),
+        ({"estimator": "ppo"}, ValueError, "estimator='ppo' is unknown"),
+        ({"lam": 1.0}, ValueError, "0 <= lam < 1"),
+        ({"lam": 1.5, "arm": "none"}, ValueError, "0 <= lam < 1"),
+        ({"backend": "tpu"}, ValueError, "backend='tpu' is unknown"),
+        ({"model": "/nonexistent/model"}, FileNotFoundError, "/nonexistent/model does not exist"),
+        ({"train_files": "/nonexistent/train.parquet"}, FileNotFoundError, "train.parquet does not exist"),
+        ({"steps": 0}, ValueError, "steps=0"),
+        ({"trainer": "legacy", "dapo": True}, ValueError, "legacy trainer has no group filter"),
+        ({"dapo_metric": "seq_reward"}, ValueError, "dapo_metric='seq_reward' is unknown"),
+        ({"learning_rate": 1e-4}, ValueError, "unknown spec field"),
+    ],
+)
+def test_bad_input_fails_before_anything(fields, error, needle, data, tmp_path, no_verl_process):
+    base = {"model": data["model"], "train_files": data["train_files"], "val_files": data["val_files"]}
+    with pytest.raises(error, match=needle.replace("(", r"\(")):
+        spec = make_spec("cpu_tiny", **{**base, **fields})
+        launch(spec, "bad", runs_dir=tmp_path)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_gpu_launch_on_this_cpu_machine_fails_before_ray(data, tmp_path, no_verl_process):
+    spec = make_spec("paper_gsm8k", train_files=data["train_files"], val_files=data["val_files"])
+    with pytest.raises(ValueError, match="vllm"):
+        launch(spec, "gpu_here", runs_dir=tmp_path)
+    assert not (tmp_path / "gpu_here").exists()
+
+
+def test_gpu_hub_id_is_accepted_but_cpu_needs_a_local_model(data):
+    spec = make_spec("paper_gsm8k", train_files=data["train_files"], val_files=data["val_files"])
+    assert spec.model == "Qwen/Qwen2.5-1.5B-Instruct"
+    with pytest.raises(FileNotFoundError, match="backend=cpu needs a local model"):
+        make_spec("cpu_tiny", model="Qwen/Qwen2.5-1.5B-Instruct", train_files=data["train_files"],
+                  val_files=data["val_files"])
+    with pytest.raises(FileNotFoundError, match="recipe/dapo/main_dapo.py"):
+        make_spec("paper_dapo", trainer="recipe_dapo", recipe_path="/nonexistent",
+                  train_files=data["train_files"], val_files=data["val_files"])
+
+
+def test_typo_in_an_override_fails_in_compose_and_leaves_no_folder(data, tmp_path, no_verl_process):
+    spec = make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"],
+                     extra_overrides=["actor_rollout_ref.actor.optim.lrr=1e-4"])
+    with pytest.raises(ValueError, match="lrr"):
+        launch(spec, "typo", runs_dir=tmp_path)
+    assert not (tmp_path / "typo").exists()
+    spec = make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"],
+                     extra_overrides=["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null"])
+    with pytest.raises(ValueError, match="ppo_micro_batch_size"):  # verl's own validate_config
+        launch(spec, "microbatch", runs_dir=tmp_path)
+    assert not (tmp_path / "microbatch").exists()
+
+
+def _fake_run(root: Path, name: str, spec, status: str, pid: int | None = None) -> RunDir:
+    run = RunDir(root / name)
+    run.path.mkdir(parents=True)
+    run.manifest_path.write_text(json.dumps({"name": name, "status": status, "spec": spec.to_dict(),
+                                             "spec_hash": spec_hash(spec.to_dict()), "pid": pid,
+                                             "host": os.uname().nodename}))
+    return run
+
+
+def test_running_folder_is_refused_and_left_alone(data, tmp_path, no_verl_process):
+    spec = make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"])
+    run = _fake_run(tmp_path, "busy", spec, "running", pid=os.getpid())
+    before = run.manifest_path.read_text()
+    with pytest.raises(RunInUse, match="marked running"):
+        launch(spec, "busy", runs_dir=tmp_path)
+    assert run.manifest_path.read_text() == before
+    assert main(["run", "--preset", "cpu_tiny", "--set", f"model={data['model']}", "--set",
+                 f"train_files={data['train_files']}", "--set", f"val_files={data['val_files']}",
+                 "--name", "busy", "--runs-dir", str(tmp_path)]) == 2
+
+
+def test_finished_run_is_reused_never_overwritten(data, tmp_path, no_verl_process):
+    spec = make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"])
+    run = _fake_run(tmp_path, "finished", spec, "done")
+    (run.path / "metrics.jsonl").write_text('{"step": 0, "data": {"x": 1}}\n')
+    assert launch(spec, "finished", runs_dir=tmp_path).path == run.path
+    assert (run.path / "metrics.jsonl").read_text() == '{"step": 0, "data": {"x": 1}}\n'
+    other = make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"],
+                      lam=0.5)
+    with pytest.raises(RunConflict):
+        launch(other, "finished", runs_dir=tmp_path)
+
+
+def test_cli_reports_bad_input_with_exit_code_2(capsys, no_verl_process):
+    assert main(["run", "--preset", "cpu_tiny", "--set", "arm=bogus"]) == 2
+    assert "arm='bogus' is unknown; allowed: none, score, outcome" in capsys.readouterr().err
+    assert main(["run", "--preset", "nope"]) == 2
+
+
+def test_cli_prints_the_command(data, capsys, tmp_path):
+    assert main(["overrides", "--preset", "paper_gsm8k", "--set", "arm=score", "--set",
+                 f"train_files={data['train_files']}", "--set", f"val_files={data['val_files']}",
+                 "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:3] == ["-m", "verl.trainer.main_ppo"] and "algorithm.adv_estimator=phantom_grpo_score" in out
+
+
+def test_preflight_checks_a_fresh_interpreter(data, tmp_path):
+    spec = make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"])
+    env = run_env(spec, tmp_path)
+    info = launch_mod.preflight(spec, env)
+    assert (info["device"], info["ccl"], info["verl"]) == ("cpu", "gloo", "0.9.1") and "hf" in info["rollouts"]
+    assert info["estimators"] == ["phantom_grpo_none", "phantom_grpo_outcome", "phantom_grpo_score"]
+    with pytest.raises(RuntimeError, match="does not register phantom_grpo_outcome"):
+        launch_mod.preflight(spec, {**env, "VERL_USE_EXTERNAL_PLUGINS": "none"})
+
+
+def test_cpu_backend_refuses_another_verl_version():
+    code = "import verl; verl.__version__ = '0.9.0'; import phantom.verl_cpu.plugin"
+    out = subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "supports verl 0.9.1 only, found verl 0.9.0" in out.stderr
+
+
+def test_read_run_metrics_overlays_the_gate_log(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "data": {"val": 0.5}}\n{"step": 1, "data": {"a": 1}}\n')
+    stats = {"gate": "outcome", "norm": "std", "groups": 4, "zeroed": 2, "singletons": 0, "all_fail": 1,
+             "all_pass": 1, "mixed": 2, "phantom": 1, "degenerate_live": 0}
+    line = {"step": 1, "call": 1, "stats": stats, "rows": 8, "abs_adv_sum": 4.0, "acc_sum": 3.0}
+    (tmp_path / "gate.jsonl").write_text(json.dumps(line) + "\n" + json.dumps({**line, "call": 2}) + "\n{torn")
+    df = read_run_metrics(tmp_path)
+    assert df.loc[1, "a"] == 1 and df.loc[0, "val"] == 0.5
+    assert df.loc[1, "phantom/groups/total"] == 8 and df.loc[1, "phantom/frac/zeroed"] == 0.5  # two calls summed
+    assert df.loc[1, "phantom/acc/mean"] == pytest.approx(6 / 16)
+    assert gate_metrics(tmp_path / "missing.jsonl") == {}
+
+
+def test_default_names_are_distinct_per_spec(data):
+    a = make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"])
+    b = make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"],
+                  arm="score")
+    assert default_name(a) != default_name(b) and default_name(a).startswith("verl-grpo-outcome-lam0.3-s42-")
+
+
+def test_bad_fields_fail_before_any_model_is_built(tmp_path, monkeypatch):
+    monkeypatch.setenv("PHANTOM_ARTIFACTS", str(tmp_path / "artifacts"))
+    with pytest.raises(ValueError, match="arm='bogus'"):
+        make_spec("cpu_lab", arm="bogus")  # model "lab" would train an SFT checkpoint first
+    with pytest.raises(ValueError, match="is a CPU model"):
+        make_spec("cpu_tiny", backend="gpu")
+    assert not (tmp_path / "artifacts").exists()
+
+
+def test_reward_options_reach_the_reward(data, tmp_path):
+    spec = make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"],
+                     kind="overlong", reward_options={"l_max": 300, "l_cache": 100, "checker": "strict"})
+    o = to_overrides(spec, tmp_path / "r", "r")
+    assert "+reward.custom_reward_function.reward_kwargs.l_max=300" in o
+    with pytest.raises(ValueError, match="needs integer l_max"):
+        make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"],
+                  kind="overlong")
+
+
+def test_dapo_refill_telemetry(data, tmp_path):
+    spec = make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"],
+                     arm="none", dapo=True, dapo_metric="acc", train_batch_size=4)
+    lines = [{"step": 0, "data": {"val-core/x/acc/mean@1": 0.5}},
+             {"step": 1, "data": {"timing_s/step": 1.0}},  # verl omits the counters when they are 0
+             {"step": 2, "data": {"timing_s/step": 1.0, "training/filter_groups/evicted_samples": 3,
+                                  "training/filter_groups/discarded_surplus_samples": 1}}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    m = launch_mod._dapo_metrics(tmp_path / "metrics.jsonl", spec)
+    assert m[1] == {"phantom/prompts_generated": 4.0, "phantom/gen_batches": 1.0, "phantom/refilled": 0.0}
+    assert m[2] == {"phantom/prompts_generated": 8.0, "phantom/gen_batches": 2.0, "phantom/refilled": 1.0}
+    assert 0 not in m
