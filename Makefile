@@ -53,6 +53,7 @@ lint: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_advantages.py
+	$(BIN)/python benchmarks/bench_lab.py
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache

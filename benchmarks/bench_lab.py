@@ -1,0 +1,153 @@
+"""Benchmark: the CPU lab's RL step, per arm, against a torch matmul measured in the same process.
+
+For each arm, runs the lab's real training loop (``phantom.lab.rl.Trainer``: sampling with the KV
+cache, scoring, gated advantages, PPO update, held-out evaluation every ``eval_every`` steps) for
+``--steps`` steps from the SFT checkpoint, one torch thread, and reports:
+
+* seconds per RL step (mean) and per whole arm (wall, evaluations included, SFT excluded);
+* rollout tokens per second (sampled response tokens / time spent generating them);
+* achieved model FLOP/s: analytic FLOPs of the useful tokens (prefill, decode with the cache, the
+  training forward+backward, evaluation) over the arm's wall time, and that as a fraction of the
+  FLOP/s of a dense fp32 matmul (the baseline, same thread count, timed before and after the arms).
+
+The analytic count is cross-checked once against ``torch.utils.flop_counter`` on a real update.
+
+usage: python benchmarks/bench_lab.py [--steps 40] [--arms none,outcome] [--model lab] [--matmul 384]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np
+import torch
+
+from phantom.lab.model import train_flops_per_token
+from phantom.lab.rl import Rollouts, Trainer
+from phantom.lab.sft import ensure_sft_model
+from phantom.lab.spec import ArmSpec
+
+
+def matmul_gflops(n: int, repeats: int = 15) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - t0)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
+class Counter:
+    """Analytic FLOPs of the useful tokens, gathered by wrapping the trainer's hot calls."""
+
+    def __init__(self, trainer: Trainer):
+        self.t, self.flops, self.gen_tokens, self.gen_seconds = trainer, 0.0, 0, 0.0
+        c, v = trainer.model.cfg, trainer.model.vocab_size
+        self.body = lambda ctx: train_flops_per_token(c, v, ctx, head=False)
+        self.head = train_flops_per_token(c, v, 0, head=True) - train_flops_per_token(c, v, 0, head=False)
+        orig_rollout, orig_update, orig_eval = trainer.rollout, trainer.update, trainer.evaluate
+
+        def rollout(n, step, tag=""):
+            t0 = time.perf_counter()
+            b: Rollouts = orig_rollout(n, step, tag)
+            self.gen_seconds += time.perf_counter() - t0
+            self.gen_tokens += sum(len(r) for r in b.response_ids)
+            self._generation(b.prompt_ids, b.response_ids)
+            return b
+
+        def update(batch, adv, live, step):
+            rows = range(len(batch)) if live is None else live
+            s = trainer.spec
+            # forward + backward: 3 forwards' worth, 2 under LoRA (no weight gradients for frozen weights)
+            fb = 2 if s.lora_rank else 3
+            passes = fb * s.ppo_epochs + (1 if (s.mini_batches > 1 or s.ppo_epochs > 1) else 0) + (s.kl_coef > 0)
+            for i in rows:
+                p, r = len(batch.prompt_ids[i]), len(batch.response_ids[i])
+                self.flops += passes * (sum(self.body(k + 1) for k in range(p + r - 1)) + r * self.head)
+            return orig_update(batch, adv, live, step)
+
+        def evaluate(step):
+            out = orig_eval(step)
+            prompts = trainer.tok.encode_batch([p.prompt for p in trainer.val])
+            self._generation(prompts, [[0] * int(round(out["phantom/val/len_tokens"]))] * len(prompts))
+            return out
+
+        trainer.rollout, trainer.update, trainer.evaluate = rollout, update, evaluate
+
+    def _generation(self, prompts, responses) -> None:
+        for p, r in zip(prompts, responses):
+            n = len(p)
+            self.flops += sum(self.body(k + 1) for k in range(n)) + self.head
+            self.flops += sum(self.body(n + k + 1) + self.head for k in range(len(r)))
+
+
+def crosscheck(trainer: Trainer) -> tuple[float, float]:
+    """Analytic vs torch.utils.flop_counter FLOPs of one policy update (fwd+bwd)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = trainer.rollout(4, step=0)
+    adv = np.ones(len(batch), dtype=np.float32)
+    c, v = trainer.model.cfg, trainer.model.vocab_size
+    head = train_flops_per_token(c, v, 0) - train_flops_per_token(c, v, 0, head=False)
+    fb = 2 if trainer.spec.lora_rank else 3
+    analytic = fb * sum(sum(train_flops_per_token(c, v, k + 1, head=False) for k in range(len(p) + len(r) - 1))
+                        + len(r) * head for p, r in zip(batch.prompt_ids, batch.response_ids))
+    state = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    with FlopCounterMode(display=False) as fc:
+        trainer.update(batch, adv, None, step=1)
+    trainer.model.load_state_dict(state)
+    return analytic, float(fc.get_total_flops())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--arms", default="none,outcome")
+    ap.add_argument("--model", default="lab")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--matmul", type=int, default=384, help="baseline matmul size n (n x n @ n x n)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    ckpt = ensure_sft_model(args.model)
+    base0 = matmul_gflops(args.matmul)
+    rows = []
+    for arm in args.arms.split(","):
+        spec = ArmSpec(arm=arm, steps=args.steps, model=args.model, seed=args.seed)
+        tr = Trainer(spec, ckpt)
+        cnt = Counter(tr)
+        t0 = time.perf_counter()
+        tr.evaluate(0)
+        per_step, acc = [], None
+        for st in range(1, spec.steps + 1):
+            m = tr.step(st)
+            per_step.append(m["timing_s/step"])
+            acc = m.get("val-core/phantom_lab/acc/mean@1", acc)
+        wall = time.perf_counter() - t0
+        rows.append((arm, float(np.mean(per_step)), wall, cnt.gen_tokens / cnt.gen_seconds, cnt.flops / wall / 1e9,
+                     acc))
+    base1 = matmul_gflops(args.matmul)
+    base = (base0 + base1) / 2
+    analytic, counted = crosscheck(Trainer(ArmSpec(model=args.model), ckpt))
+    load = os.getloadavg()
+    print(f"\nCPU lab benchmark: {args.steps}-step arms, model '{args.model}', 1 torch thread, "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs")
+    print(f"baseline: fp32 matmul {args.matmul}x{args.matmul}: {base0:.2f} / {base1:.2f} GFLOP/s (before / after)")
+    print(f"FLOP count check on one update: analytic (useful tokens, causal) {analytic / 1e9:.3f} GFLOP, "
+          f"torch flop_counter (padded, full attention) {counted / 1e9:.3f} GFLOP (ratio {analytic / counted:.3f})\n")
+    head = f"{'arm':<8} {'s/step':>7} {f's/{args.steps}-step arm':>15} {'rollout tok/s':>14} " \
+           f"{'model GFLOP/s':>14} {'x matmul':>9} {'final acc':>10}"
+    print(head)
+    print("-" * len(head))
+    for arm, sps, wall, tps, gf, acc in rows:
+        print(f"{arm:<8} {sps:>7.3f} {wall:>15.1f} {tps:>14.0f} {gf:>14.2f} {gf / base:>9.3f} {acc:>10.3f}")
+
+
+if __name__ == "__main__":
+    main()

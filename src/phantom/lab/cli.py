@@ -1,0 +1,150 @@
+"""``phantom lab ...``: the CPU lab from the command line.
+
+    phantom lab task  [--split val] [--n 5] [--terms 2 5] [--wording words]   show problems
+    phantom lab sft   [--profile lab]                                          build / locate the warm start
+    phantom lab run   --arm score --seed 1 [--set key=value ...]               one arm, in this process
+    phantom lab sweep paper [--profile quick] [--jobs 2] [--dry-run]           papermill sweep
+    phantom lab summary paper [--profile quick]                                endpoints of a sweep
+    phantom lab list                                                           known sweeps
+
+Bad input exits with status 2 and a message naming the value and the allowed ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import yaml
+
+__all__ = ["main"]
+
+
+def _kv(items: list[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r} is invalid; allowed: key=value (value parsed as YAML)")
+        k, v = item.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="phantom lab", description="The CPU lab (see `phantom lab COMMAND -h`).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    t = sub.add_parser("task", help="print problems of the lab task")
+    t.add_argument("--split", default="val")
+    t.add_argument("--n", type=int, default=5)
+    t.add_argument("--start", type=int, default=0)
+    t.add_argument("--terms", type=int, nargs=2, default=(2, 5))
+    t.add_argument("--max-operand", type=int, default=99)
+    t.add_argument("--wording", default="symbolic")
+
+    s = sub.add_parser("sft", help="build (if missing) and print the SFT warm-start checkpoint")
+    s.add_argument("--profile", default="lab")
+
+    r = sub.add_parser("run", help="run one arm in this process")
+    r.add_argument("--arm", default="outcome")
+    r.add_argument("--estimator", default="grpo")
+    r.add_argument("--kind", default="length_short")
+    r.add_argument("--lam", type=float, default=0.3)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--steps", type=int, default=40)
+    r.add_argument("--model", default="lab")
+    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other ArmSpec field, e.g. --set kl_coef=0.001 --set sampling=dapo")
+    r.add_argument("--name", default=None)
+    r.add_argument("--runs-dir", default=None)
+
+    w = sub.add_parser("sweep", help="run a sweep with papermill (skips finished cells)")
+    w.add_argument("sweep")
+    w.add_argument("--profile", default="full")
+    w.add_argument("--runs-dir", default=None)
+    w.add_argument("--jobs", type=int, default=2)
+    w.add_argument("--dry-run", action="store_true", help="validate and list the cells, run nothing")
+
+    m = sub.add_parser("summary", help="endpoint table of a sweep's runs")
+    m.add_argument("sweep")
+    m.add_argument("--profile", default="full")
+    m.add_argument("--runs-dir", default=None)
+    m.add_argument("--csv", default=None, help="also write the full table here")
+
+    sub.add_parser("list", help="list the packaged sweeps")
+    return ap
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from phantom.lab.sweep import sweep_table
+
+    df = sweep_table(args.sweep, profile=args.profile, runs_root=args.runs_dir)
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    cols = ["groups", "arm", "estimator", "kind", "lam", "seed", "noise_p", "drop", "status", "start_acc",
+            "final_acc", "final_acc_denoised", "start_len", "final_len", "len_ratio", "first_step_acc_below_0.1",
+            "all_fail_early", "phantom_early", "zeroed_early", "refill_steps", "gen_batches_total", "wall_seconds"]
+    if "task" in df:
+        cols.insert(1, "terms")
+        df["terms"] = [f"{t['terms'][0]}-{t['terms'][1]}" for t in df["task"]]
+    show = df[[c for c in cols if c in df]]
+    with __import__("pandas").option_context("display.width", 200, "display.max_rows", 500):
+        print(show.round(3).to_string(index=False))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.cmd == "task":
+            from phantom.lab.task import TaskConfig, make_split
+
+            cfg = TaskConfig(terms=tuple(args.terms), max_operand=args.max_operand, wording=args.wording)
+            for p in make_split(cfg, args.split, args.n, start=args.start):
+                print(json.dumps({"index": p.index, "prompt": p.prompt, "solution": p.solution, "answer": p.answer}))
+            return 0
+        if args.cmd == "sft":
+            from phantom.lab.sft import ensure_sft_model, resolve_sft
+
+            resolve_sft(args.profile)
+            path = ensure_sft_model(args.profile)
+            meta = json.loads((path / "lab_meta.json").read_text())
+            print(path)
+            print(json.dumps({k: meta[k] for k in ("params", "val_greedy_acc", "val_sampled_acc",
+                                                   "val_greedy_len_chars", "train_seconds")}, indent=2))
+            return 0
+        if args.cmd == "run":
+            from phantom.lab.rl import run_arm
+            from phantom.lab.spec import ArmSpec
+
+            spec = ArmSpec.from_dict({"arm": args.arm, "estimator": args.estimator, "kind": args.kind,
+                                      "lam": args.lam, "seed": args.seed, "steps": args.steps,
+                                      "model": args.model, **_kv(args.sets)})
+            run = run_arm(spec, name=args.name, root=args.runs_dir)
+            print(run.path)
+            print(json.dumps(run.manifest().get("summary"), indent=2))
+            return 0
+        if args.cmd == "sweep":
+            from phantom.lab.sweep import expand, load_sweep, run_sweep
+
+            if args.dry_run:
+                for c in expand(load_sweep(args.sweep), args.profile):
+                    print(c.name, ",".join(c.groups))
+            runs = run_sweep(args.sweep, profile=args.profile, runs_root=args.runs_dir, jobs=args.jobs,
+                             dry_run=args.dry_run)
+            if not args.dry_run:
+                print(f"{len(runs)} runs finished under {runs[0].path.parent if runs else args.runs_dir}")
+            return 0
+        if args.cmd == "summary":
+            return _summary(args)
+        if args.cmd == "list":
+            from phantom.lab.sweep import list_sweeps
+
+            print("\n".join(list_sweeps()))
+            return 0
+    except ValueError as e:
+        print(f"phantom lab {args.cmd}: {e}", file=sys.stderr)
+        return 2
+    return 2

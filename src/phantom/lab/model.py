@@ -1,0 +1,388 @@
+"""A tiny Qwen2 in plain torch: the same weights as ``transformers.Qwen2ForCausalLM``, faster on CPU.
+
+The lab trains and samples with this module because, at 0.3M parameters, per-op overhead rather
+than arithmetic sets the speed: the forward here fuses the q/k/v and gate/up projections during
+generation, keeps a preallocated KV cache, drops finished rows from the batch, and computes logits
+only where they are used. Parameter names, RoPE, RMSNorm and GQA follow transformers' Qwen2
+(tests compare logits), and checkpoints are written in Hugging Face format so
+``AutoModelForCausalLM.from_pretrained`` and verl's CPU backend load the same directory.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["ModelConfig", "LabQwen2", "LoRALinear", "save_checkpoint", "load_checkpoint", "ensure_sft_model",
+           "train_flops_per_token"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Qwen2 shape. ``vocab_size`` comes from the tokenizer; embeddings are tied."""
+
+    hidden: int = 96
+    layers: int = 3
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 256
+    max_positions: int = 256
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.hidden % self.heads or (self.hidden // self.heads) % 2:
+            raise ValueError(f"hidden={self.hidden} must split into {self.heads} heads of even size")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def hf_config(self, vocab_size: int, *, eos_id: int, pad_id: int) -> dict[str, Any]:
+        """Keyword arguments for ``transformers.Qwen2Config``."""
+        return dict(vocab_size=vocab_size, hidden_size=self.hidden, intermediate_size=self.intermediate,
+                    num_hidden_layers=self.layers, num_attention_heads=self.heads,
+                    num_key_value_heads=self.kv_heads, max_position_embeddings=self.max_positions,
+                    rms_norm_eps=self.rms_eps, rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta},
+                    tie_word_embeddings=True, initializer_range=self.init_std, use_sliding_window=False,
+                    hidden_act="silu", attention_dropout=0.0, eos_token_id=eos_id, pad_token_id=pad_id,
+                    bos_token_id=None, torch_dtype="float32", architectures=["Qwen2ForCausalLM"])
+
+    @classmethod
+    def from_hf(cls, d: dict[str, Any]) -> ModelConfig:
+        rope = d.get("rope_parameters") or {}
+        return cls(hidden=d["hidden_size"], layers=d["num_hidden_layers"], heads=d["num_attention_heads"],
+                   kv_heads=d.get("num_key_value_heads") or d["num_attention_heads"],
+                   intermediate=d["intermediate_size"], max_positions=d["max_position_embeddings"],
+                   rope_theta=float(rope.get("rope_theta", d.get("rope_theta", 10000.0))),
+                   rms_eps=d["rms_norm_eps"], init_std=d.get("initializer_range", 0.02))
+
+
+def train_flops_per_token(cfg: ModelConfig, vocab: int, ctx: float, *, head: bool = True) -> float:
+    """Forward FLOPs of one token: 2 x matmul weights, attention over ``ctx`` keys, the LM head if used."""
+    kv = cfg.kv_heads * cfg.head_dim
+    per_layer = 2 * (cfg.hidden * (cfg.hidden + 2 * kv) + cfg.hidden * cfg.hidden + 3 * cfg.hidden * cfg.intermediate)
+    attn = 4 * cfg.heads * cfg.head_dim * ctx
+    return cfg.layers * (per_layer + attn) + (2 * cfg.hidden * vocab if head else 0)
+
+
+class LoRALinear(nn.Linear):
+    """``nn.Linear`` plus a low-rank update ``(alpha/r) B A`` (B starts at 0, so training starts at the base)."""
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float):
+        super().__init__(base.in_features, base.out_features, bias=base.bias is not None)
+        self.weight = base.weight
+        self.bias = base.bias
+        self.weight.requires_grad_(False)
+        if self.bias is not None:
+            self.bias.requires_grad_(False)
+        self.lora_A = nn.Parameter(torch.empty(rank, base.in_features))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank))
+        nn.init.kaiming_uniform_(self.lora_A, a=5**0.5)  # PEFT's default
+        self.scale = alpha / rank
+
+    def effective_weight(self) -> torch.Tensor:
+        return self.weight + self.scale * (self.lora_B @ self.lora_A)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # unmerged: autograd never forms the full weight gradient of the frozen base, only the rank-r ones
+        return F.linear(x, self.weight, self.bias) + self.scale * F.linear(F.linear(x, self.lora_A), self.lora_B)
+
+
+def _w(lin: nn.Linear) -> torch.Tensor:
+    return lin.effective_weight() if isinstance(lin, LoRALinear) else lin.weight
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+class _Attention(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.q_proj = nn.Linear(c.hidden, c.heads * c.head_dim, bias=True)
+        self.k_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=True)
+        self.v_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=True)
+        self.o_proj = nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
+
+
+class _MLP(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden, c.intermediate, bias=False)
+        self.up_proj = nn.Linear(c.hidden, c.intermediate, bias=False)
+        self.down_proj = nn.Linear(c.intermediate, c.hidden, bias=False)
+
+
+class _Layer(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.self_attn = _Attention(c)
+        self.mlp = _MLP(c)
+        self.input_layernorm = _RMSNorm(c.hidden, c.rms_eps)
+        self.post_attention_layernorm = _RMSNorm(c.hidden, c.rms_eps)
+
+
+class _Backbone(nn.Module):
+    def __init__(self, c: ModelConfig, vocab: int):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, c.hidden)
+        self.layers = nn.ModuleList(_Layer(c) for _ in range(c.layers))
+        self.norm = _RMSNorm(c.hidden, c.rms_eps)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+
+class LabQwen2(nn.Module):
+    """Qwen2ForCausalLM's computation with HF parameter names (``model.layers.0.self_attn.q_proj``...)."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        self.cfg, self.vocab_size = cfg, int(vocab_size)
+        self.model = _Backbone(cfg, self.vocab_size)
+        self.lm_head = nn.Linear(cfg.hidden, self.vocab_size, bias=False)
+        self.lm_head.weight = self.model.embed_tokens.weight  # tied, as in the saved config
+        inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
+        freqs = torch.arange(cfg.max_positions, dtype=torch.float32)[:, None] * inv[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("rope_cos", emb.cos(), persistent=False)
+        self.register_buffer("rope_sin", emb.sin(), persistent=False)
+        self.apply(self._init)
+
+    def _init(self, m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=self.cfg.init_std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=self.cfg.init_std)
+
+    # ---------------------------------------------------------------------------------------
+    # full-sequence forward (training, scoring, prefill)
+    # ---------------------------------------------------------------------------------------
+    def hidden_states(self, ids: torch.Tensor, pos: torch.Tensor, valid: torch.Tensor,
+                      cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
+        """Final-norm hidden states of ``ids`` (B, T) at positions ``pos``; ``valid`` marks real tokens.
+
+        Keys are masked causally and by ``valid``; a padded query attends to itself only, so no row
+        is empty. With ``cache``, each layer's rotated keys and values are written to ``cache[i]``.
+        """
+        c = self.cfg
+        B, T = ids.shape
+        causal = torch.ones(T, T, dtype=torch.bool, device=ids.device).tril()
+        mask = (causal[None] & valid[:, None, :]) | torch.eye(T, dtype=torch.bool, device=ids.device)[None]
+        mask = mask[:, None]
+        cos, sin = self.rope_cos[pos][:, None], self.rope_sin[pos][:, None]
+        x = self.model.embed_tokens(ids)
+        for li, layer in enumerate(self.model.layers):
+            a = layer.self_attn
+            h = layer.input_layernorm(x)
+            q = a.q_proj(h).view(B, T, c.heads, c.head_dim).transpose(1, 2)
+            k = a.k_proj(h).view(B, T, c.kv_heads, c.head_dim).transpose(1, 2)
+            v = a.v_proj(h).view(B, T, c.kv_heads, c.head_dim).transpose(1, 2)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            if cache is not None:
+                cache[li][0][:, :, :T] = k
+                cache[li][1][:, :, :T] = v
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=c.heads != c.kv_heads)
+            x = x + a.o_proj(o.transpose(1, 2).reshape(B, T, c.hidden))
+            m = layer.mlp
+            h = layer.post_attention_layernorm(x)
+            x = x + m.down_proj(F.silu(m.gate_proj(h)) * m.up_proj(h))
+        return self.model.norm(x)
+
+    def forward(self, ids: torch.Tensor, pos: torch.Tensor | None = None,
+                valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V); by default no padding and positions ``0..T-1``."""
+        if valid is None:
+            valid = torch.ones_like(ids, dtype=torch.bool)
+        if pos is None:
+            pos = (valid.long().cumsum(-1) - 1).clamp(min=0)
+        return self.lm_head(self.hidden_states(ids, pos, valid))
+
+    # ---------------------------------------------------------------------------------------
+    # sampling with a KV cache
+    # ---------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], *, max_new: int, eos_id: int, pad_id: int,
+                 temperature: float = 1.0, greedy: bool = False,
+                 generator: torch.Generator | None = None) -> tuple[list[list[int]], list[bool]]:
+        """Responses (token ids, EOS excluded) and whether each ended with EOS within ``max_new``."""
+        c = self.cfg
+        B, P = len(prompts), max(map(len, prompts))
+        if P + max_new > c.max_positions:
+            raise ValueError(f"prompt {P} + max_new {max_new} tokens exceeds max_positions={c.max_positions}")
+        ids = torch.full((B, P), pad_id, dtype=torch.long)
+        valid = torch.zeros(B, P + max_new, dtype=torch.bool)
+        for i, p in enumerate(prompts):
+            ids[i, P - len(p):] = torch.tensor(p, dtype=torch.long)
+            valid[i, P - len(p):P] = True
+        pos = (valid[:, :P].long().cumsum(-1) - 1).clamp(min=0)
+        cache = [(torch.zeros(B, c.kv_heads, P + max_new, c.head_dim),
+                  torch.zeros(B, c.kv_heads, P + max_new, c.head_dim)) for _ in range(c.layers)]
+        last = self.hidden_states(ids, pos, valid[:, :P], cache)[:, -1]
+        logits = self.lm_head(last)
+        fused = [(torch.cat([_w(L.self_attn.q_proj), _w(L.self_attn.k_proj), _w(L.self_attn.v_proj)]),
+                  torch.cat([L.self_attn.q_proj.bias, L.self_attn.k_proj.bias, L.self_attn.v_proj.bias]),
+                  torch.cat([_w(L.mlp.gate_proj), _w(L.mlp.up_proj)]), _w(L.self_attn.o_proj), _w(L.mlp.down_proj))
+                 for L in self.model.layers]
+        out = torch.full((B, max_new), pad_id, dtype=torch.long)
+        rows = torch.arange(B)  # original row of each active row
+        alive = torch.ones(B, dtype=torch.bool)  # per active row: no EOS yet
+        cur = pos[:, -1].clone()
+        nq, nkv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        for t in range(max_new):
+            if greedy:
+                nxt = logits.argmax(-1)
+            else:
+                probs = torch.softmax(logits / temperature, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            out[rows, t] = nxt
+            alive &= nxt != eos_id
+            if t == max_new - 1 or not alive.any():
+                break
+            dead = len(rows) - int(alive.sum())
+            if dead and (dead * 4 >= len(rows) or len(rows) - dead < 8):
+                # Drop finished rows (one copy of the cache); below the threshold they ride along.
+                idx = alive.nonzero()[:, 0]
+                rows, nxt, cur, valid, alive = rows[idx], nxt[idx], cur[idx], valid[idx], alive[idx]
+                cache = [(k[idx], v[idx]) for k, v in cache]
+            n = len(rows)
+            slot = P + t
+            valid[:, slot] = True
+            cur = cur + 1
+            cos, sin = self.rope_cos[cur][:, None, None], self.rope_sin[cur][:, None, None]
+            x = self.model.embed_tokens(nxt)[:, None]
+            amask = valid[:, None, None, :slot + 1]
+            for li, layer in enumerate(self.model.layers):
+                wqkv, bqkv, wgu, wo, wd = fused[li]
+                qkv = F.linear(layer.input_layernorm(x), wqkv, bqkv)
+                q = qkv[..., :nq].view(n, 1, c.heads, c.head_dim).transpose(1, 2)
+                k = qkv[..., nq:nq + nkv].view(n, 1, c.kv_heads, c.head_dim).transpose(1, 2)
+                v = qkv[..., nq + nkv:].view(n, 1, c.kv_heads, c.head_dim).transpose(1, 2)
+                kc, vc = cache[li]
+                kc[:, :, slot:slot + 1] = _rotate(k, cos, sin)
+                vc[:, :, slot:slot + 1] = v
+                o = F.scaled_dot_product_attention(_rotate(q, cos, sin), kc[:, :, :slot + 1], vc[:, :, :slot + 1],
+                                                   attn_mask=amask, enable_gqa=c.heads != c.kv_heads)
+                x = x + F.linear(o.transpose(1, 2).reshape(n, 1, c.hidden), wo)
+                gu = F.linear(layer.post_attention_layernorm(x), wgu)
+                x = x + F.linear(F.silu(gu[..., :c.intermediate]) * gu[..., c.intermediate:], wd)
+            logits = self.lm_head(self.model.norm(x[:, 0]))
+        toks, ended = [], []
+        for r in out.tolist():
+            if eos_id in r:
+                toks.append(r[:r.index(eos_id)])
+                ended.append(True)
+            else:
+                toks.append(r)
+                ended.append(False)
+        return toks, ended
+
+    def enable_lora(self, rank: int, alpha: float,
+                    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                "down_proj")) -> list[nn.Parameter]:
+        """Freeze the model and wrap the target projections with LoRA adapters; returns the new parameters."""
+        for p in self.parameters():
+            p.requires_grad_(False)
+        new: list[nn.Parameter] = []
+        for layer in self.model.layers:
+            for parent in (layer.self_attn, layer.mlp):
+                for name in targets:
+                    lin = getattr(parent, name, None)
+                    if isinstance(lin, nn.Linear) and not isinstance(lin, LoRALinear):
+                        wrapped = LoRALinear(lin, rank, alpha)
+                        setattr(parent, name, wrapped)
+                        new += [wrapped.lora_A, wrapped.lora_B]
+        return new
+
+    # ---------------------------------------------------------------------------------------
+    # scoring responses (the policy-gradient forward)
+    # ---------------------------------------------------------------------------------------
+    def response_logprobs(self, prompts: list[list[int]], responses: list[list[int]], *, pad_id: int,
+                          with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Per-token log-probabilities (B, R) of ``responses`` given ``prompts``, the response mask and
+        (optionally) the per-token entropy. Layout: left-padded prompt, response, right padding."""
+        B, P = len(prompts), max(map(len, prompts))
+        R = max(1, max(map(len, responses)))
+        ids = torch.full((B, P + R), pad_id, dtype=torch.long)
+        valid = torch.zeros(B, P + R, dtype=torch.bool)
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            ids[i, P - len(p):P] = torch.tensor(p, dtype=torch.long)
+            valid[i, P - len(p):P] = True
+            if r:
+                ids[i, P:P + len(r)] = torch.tensor(r, dtype=torch.long)
+                valid[i, P:P + len(r)] = True
+        pos = (valid.long().cumsum(-1) - 1).clamp(min=0)
+        h = self.hidden_states(ids[:, :-1], pos[:, :-1], valid[:, :-1])[:, P - 1:]
+        logp_all = torch.log_softmax(self.lm_head(h).float(), dim=-1)
+        target = ids[:, P:]
+        logp = logp_all.gather(-1, target[..., None])[..., 0]
+        mask = valid[:, P:]
+        ent = None
+        if with_entropy:
+            ent = -(logp_all.exp() * logp_all).sum(-1)
+        return logp, mask, ent
+
+
+# -------------------------------------------------------------------------------------------
+# checkpoints in Hugging Face format
+# -------------------------------------------------------------------------------------------
+def save_checkpoint(model: LabQwen2, out_dir: Path, *, eos_id: int, pad_id: int,
+                    meta: dict[str, Any] | None = None) -> None:
+    """``config.json``, ``generation_config.json``, ``model.safetensors`` (+ ``lab_meta.json``)."""
+    from safetensors.torch import save_file
+    from transformers import GenerationConfig, Qwen2Config
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    Qwen2Config(**model.cfg.hf_config(model.vocab_size, eos_id=eos_id, pad_id=pad_id)).save_pretrained(out_dir)
+    GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id, do_sample=True, temperature=1.0,
+                     top_k=0, top_p=1.0).save_pretrained(out_dir)
+    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    if meta is not None:
+        (out_dir / "lab_meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def load_checkpoint(path: str | Path) -> LabQwen2:
+    """The lab model of a checkpoint directory (config.json + model.safetensors), in train mode."""
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    hf = json.loads((p / "config.json").read_text())
+    if hf.get("model_type") != "qwen2":
+        raise ValueError(f"{p} holds model_type={hf.get('model_type')!r}; allowed: qwen2")
+    model = LabQwen2(ModelConfig.from_hf(hf), hf["vocab_size"])
+    state = load_file(str(p / "model.safetensors"))
+    state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+def ensure_sft_model(profile_or_config: Any = "lab", **kwargs: Any) -> Path:
+    """Path of the SFT warm-start checkpoint, built deterministically if missing (see :mod:`.sft`)."""
+    from phantom.lab.sft import ensure_sft_model as _ensure
+
+    return _ensure(profile_or_config, **kwargs)
+
+
+def config_dict(cfg: ModelConfig) -> dict[str, Any]:
+    return asdict(cfg)

@@ -1,0 +1,321 @@
+"""The lab's RL loop: group sampling, shaped rewards, gated advantages, PPO-clip, telemetry.
+
+One step: draw ``prompts`` training problems, sample ``rollouts`` responses each at temperature 1,
+score them (true outcome, optionally flipped by a noisy verifier, then shaped), compute group
+advantages with :func:`phantom.advantages.group_advantages` (the arm's gate, GRPO or Dr. GRPO),
+and take ``mini_batches x ppo_epochs`` clipped policy-gradient steps (:mod:`.loss`, equal to
+verl's). With ``sampling="dapo"`` the batch is assembled by :mod:`.dapo` instead (deletion and
+refill). Every step appends one line to ``metrics.jsonl`` with verl's key names where verl has one.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from phantom.advantages import GateStats, group_advantages
+from phantom.lab.loss import agg_loss, kl_penalty, policy_loss
+from phantom.lab.sft import EvalResult, ensure_sft_model, evaluate, load_sft
+from phantom.lab.spec import ArmSpec
+from phantom.lab.task import DATA_SOURCE, make_split, problem
+from phantom.rewards import denoise, has_answer_marker, is_correct, noisy_outcome, shaped_reward
+from phantom.runs import RunDir, runs_root
+
+__all__ = ["Rollouts", "Trainer", "run_arm", "gated_rows", "VAL_ACC", "VAL_LEN"]
+
+VAL_ACC = f"val-core/{DATA_SOURCE}/acc/mean@1"
+VAL_LEN = f"val-aux/{DATA_SOURCE}/len_chars/mean@1"
+VAL_SCORE = f"val-aux/{DATA_SOURCE}/score/mean@1"
+
+
+@dataclass
+class Rollouts:
+    """A batch of scored responses, ``rollouts`` consecutive rows per group."""
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]  # EOS appended where the model emitted it (it is trained on)
+    texts: list[str]
+    group: np.ndarray  # int label per row
+    true_outcome: np.ndarray  # float 0/1
+    outcome: np.ndarray  # what the (possibly noisy) verifier reports
+    score: np.ndarray  # shaped score from the reported outcome
+    chars: np.ndarray
+    ended: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def select(self, rows: np.ndarray) -> Rollouts:
+        r = [int(i) for i in rows]
+        return Rollouts([self.prompt_ids[i] for i in r], [self.response_ids[i] for i in r],
+                        [self.texts[i] for i in r], self.group[r], self.true_outcome[r], self.outcome[r],
+                        self.score[r], self.chars[r], self.ended[r])
+
+    @staticmethod
+    def concat(parts: list[Rollouts]) -> Rollouts:
+        return Rollouts(sum((p.prompt_ids for p in parts), []), sum((p.response_ids for p in parts), []),
+                        sum((p.texts for p in parts), []), np.concatenate([p.group for p in parts]),
+                        *(np.concatenate([getattr(p, f) for p in parts])
+                          for f in ("true_outcome", "outcome", "score", "chars", "ended")))
+
+
+class Trainer:
+    """Holds the policy, optimizer and data stream of one arm."""
+
+    def __init__(self, spec: ArmSpec, checkpoint: str | os.PathLike[str]):
+        torch.set_num_threads(1)
+        self.spec = spec
+        torch.manual_seed(spec.seed)
+        self.model, self.tok, self.sft_meta = load_sft(checkpoint)
+        self.model.train()
+        self.ref = None
+        if spec.kl_coef > 0:
+            self.ref = copy.deepcopy(self.model).eval()
+            for p in self.ref.parameters():
+                p.requires_grad_(False)
+        if spec.lora_rank:
+            self.params = self.model.enable_lora(spec.lora_rank, spec.lora_alpha)
+        else:
+            if not spec.train_embeddings:  # tied with the LM head: RL noise there reaches every input token
+                self.model.model.embed_tokens.weight.requires_grad_(False)
+            self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=spec.lr, betas=(0.9, spec.adam_beta2),
+                                     eps=1e-8, weight_decay=spec.weight_decay)
+        self.gen = torch.Generator().manual_seed(spec.seed)
+        self.rng = np.random.default_rng(spec.seed)
+        self.task = spec.task_config
+        self.val = make_split(self.task, "val", spec.eval_n)
+        self.next_group = 0
+
+    # -------------------------------------------------------------------------------------------
+    def rollout(self, n_prompts: int, step: int, tag: str = "") -> Rollouts:
+        """Sample ``rollouts`` responses for ``n_prompts`` fresh training problems and score them."""
+        s, G = self.spec, self.spec.rollouts
+        probs = [problem(self.task, "train", int(i)) for i in self.rng.integers(0, 2**40, n_prompts)]
+        pids = self.tok.encode_batch([p.prompt for p in probs])
+        prompt_ids = [ids for ids in pids for _ in range(G)]
+        toks, ended = self.model.generate(prompt_ids, max_new=s.max_new, eos_id=self.tok.eos_id,
+                                          pad_id=self.tok.pad_id, temperature=s.temperature, generator=self.gen)
+        texts = self.tok.decode_batch(toks)
+        true = np.array([float(is_correct(t, probs[i // G].answer, strict=True)) for i, t in enumerate(texts)])
+        outcome = true
+        if s.noise_p > 0:
+            ids = [f"train:{s.seed}:{step}:{tag}:{self.next_group + i // G}:{i % G}" for i in range(len(texts))]
+            outcome = noisy_outcome(true, ids, s.noise_p, seed=s.seed)
+        chars = np.array([len(t) for t in texts], dtype=float)
+        score = self.shape(outcome, chars, np.array([len(t) for t in toks], dtype=float), texts)
+        group = np.repeat(np.arange(self.next_group, self.next_group + n_prompts), G)
+        self.next_group += n_prompts
+        resp = [t + [self.tok.eos_id] if e else t for t, e in zip(toks, ended)]
+        return Rollouts(prompt_ids, resp, texts, group, true, np.asarray(outcome, dtype=float), score, chars,
+                        np.array(ended, dtype=bool))
+
+    def shape(self, outcome: np.ndarray, chars: np.ndarray, tokens: np.ndarray, texts: list[str]) -> np.ndarray:
+        s = self.spec
+        return np.asarray(shaped_reward(s.kind, outcome, tokens if s.kind == "overlong" else chars, lam=s.lam,
+                                        cap=s.cap, has_marker=[has_answer_marker(t) for t in texts],
+                                        l_max=s.max_new, l_cache=max(1, s.max_new // 4)), dtype=float)
+
+    # -------------------------------------------------------------------------------------------
+    def advantages(self, batch: Rollouts, gate: str) -> tuple[np.ndarray, GateStats]:
+        return group_advantages(batch.score.astype(np.float32), batch.group, outcomes=batch.outcome, gate=gate,
+                                norm=self.spec.norm)
+
+    def update(self, batch: Rollouts, adv: np.ndarray, live_rows: np.ndarray | None, step: int) -> dict[str, float]:
+        """``mini_batches x ppo_epochs`` optimizer steps on the batch; verl's actor metrics."""
+        s = self.spec
+        lr = s.lr * min(1.0, step / s.warmup_steps) if s.warmup_steps else s.lr
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        n = len(batch)
+        rows = np.arange(n) if live_rows is None else live_rows
+        if len(rows) == 0:
+            return {"actor/lr": lr, "actor/pg_loss": 0.0, "phantom/update_skipped": 1.0}
+        chunks = np.array_split(rows, s.mini_batches)
+        need_old = s.mini_batches > 1 or s.ppo_epochs > 1
+        pre: list[dict[str, torch.Tensor]] = []
+        with torch.no_grad():
+            for c in chunks:
+                p, r = [batch.prompt_ids[i] for i in c], [batch.response_ids[i] for i in c]
+                d = {}
+                if need_old:
+                    d["old"] = self.model.response_logprobs(p, r, pad_id=self.tok.pad_id)[0]
+                if self.ref is not None:
+                    d["ref"] = self.ref.response_logprobs(p, r, pad_id=self.tok.pad_id)[0]
+                pre.append(d)
+        stats: dict[str, list[float]] = {}
+        adv_t = torch.as_tensor(adv, dtype=torch.float32)
+        for epoch in range(s.ppo_epochs):
+            for c, d in zip(chunks, pre):
+                p, r = [batch.prompt_ids[i] for i in c], [batch.response_ids[i] for i in c]
+                logp, mask, ent = self.model.response_logprobs(p, r, pad_id=self.tok.pad_id,
+                                                               with_entropy=epoch == 0)
+                old = d.get("old", logp.detach())
+                a = adv_t[torch.as_tensor(c)][:, None] * mask
+                loss, m = policy_loss(old, logp, a, mask, mode=s.loss_mode, clip_low=s.clip_low,
+                                      clip_high=s.clip_high, clip_c=s.clip_c, agg=s.loss_agg)
+                m["actor/pg_loss"] = loss.item()
+                if self.ref is not None:
+                    kl = agg_loss(kl_penalty(logp, d["ref"], s.kl_type), mask, s.loss_agg)
+                    loss = loss + s.kl_coef * kl
+                    m["actor/kl_loss"] = kl.item()
+                if ent is not None:
+                    m["actor/entropy"] = float(agg_loss(ent.detach(), mask, "token-mean"))
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                m["actor/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, s.grad_clip))
+                self.opt.step()
+                for k, v in m.items():
+                    stats.setdefault(k, []).append(v)
+        out = {k: float(np.mean(v)) for k, v in stats.items()}
+        out["actor/lr"] = lr
+        if s.kl_coef > 0:
+            out["actor/kl_coef"] = s.kl_coef
+        return out
+
+    # -------------------------------------------------------------------------------------------
+    def evaluate(self, step: int) -> dict[str, Any]:
+        s = self.spec
+        r: EvalResult = evaluate(self.model, self.tok, self.val, max_new=s.max_new)
+        observed = r.correct.astype(float)
+        if s.noise_p > 0:
+            ids = [f"val:{s.seed}:{step}:{i}" for i in range(len(observed))]
+            observed = noisy_outcome(observed, ids, s.noise_p, seed=s.seed)
+        score = self.shape(observed, r.lengths, r.tokens, r.texts)
+        out: dict[str, Any] = {
+            VAL_ACC: float(np.mean(observed)), VAL_LEN: r.mean_len, VAL_SCORE: float(score.mean()),
+            "phantom/val/acc_true": r.acc, "phantom/val/len_tokens": float(r.tokens.mean()),
+            "phantom/val/marker_frac": r.marker_frac, "phantom/val/empty_frac": float(np.mean(r.lengths == 0)),
+            "phantom/val/eos_frac": float(r.ended.mean()), "phantom/sample": r.texts[0],
+        }
+        if s.noise_p > 0:
+            out["phantom/val/acc_denoised"] = float(denoise(float(np.mean(observed)), s.noise_p))
+        return out
+
+    def collect(self, step: int) -> tuple[Rollouts, np.ndarray, GateStats, dict[str, float], np.ndarray | None]:
+        """The step's training batch, its advantages, gate stats, extra metrics and live rows."""
+        s = self.spec
+        if s.sampling == "dapo":
+            from phantom.lab.dapo import dapo_collect
+
+            return dapo_collect(self, step)
+        batch = self.rollout(s.prompts, step)
+        adv, stats = self.advantages(batch, s.arm)
+        live = None
+        if s.drop == "mask":  # §10's variant: gated rows leave the loss (and its token-mean denominator)
+            live = np.flatnonzero(~gated_rows(batch.group, batch.score, batch.outcome, s.arm))
+        return batch, adv, stats, {"phantom/gen_batches": 1.0}, live
+
+    def step(self, step: int) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        batch, adv, stats, extra, live = self.collect(step)
+        t_gen = time.perf_counter() - t0
+        metrics: dict[str, Any] = {**extra, **stats.to_metrics()}
+        tokens = np.array([len(r) for r in batch.response_ids], dtype=float)
+        metrics.update({
+            "response_length/mean": float(tokens.mean()) if len(tokens) else 0.0,
+            "phantom/response_chars/mean": float(batch.chars.mean()) if len(batch) else 0.0,
+            "critic/score/mean": float(batch.score.mean()) if len(batch) else 0.0,
+            "phantom/acc/mean": float(batch.outcome.mean()) if len(batch) else 0.0,
+            "phantom/acc_true/mean": float(batch.true_outcome.mean()) if len(batch) else 0.0,
+            "phantom/adv/abs_mean": float(np.abs(adv).mean()) if len(adv) else 0.0,
+            "phantom/frac/no_eos": float(1 - batch.ended.mean()) if len(batch) else 0.0,
+            "phantom/train_sample": batch.texts[0] if len(batch) else "",
+            "timing_s/gen": t_gen,
+        })
+        if self.spec.noise_p > 0 and len(batch):
+            metrics["phantom/noise/flip_rate"] = float(np.mean(batch.outcome != batch.true_outcome))
+        if live is not None:
+            metrics["phantom/mask/live_frac"] = len(live) / max(len(batch), 1)
+        t1 = time.perf_counter()
+        metrics.update(self.update(batch, adv, live, step) if len(batch) else {"phantom/update_skipped": 1.0})
+        metrics["timing_s/update"] = time.perf_counter() - t1
+        s = self.spec
+        if step % s.eval_every == 0 or step == s.steps:
+            t2 = time.perf_counter()
+            metrics.update(self.evaluate(step))
+            metrics["timing_s/eval"] = time.perf_counter() - t2
+        metrics["timing_s/step"] = time.perf_counter() - t0
+        return metrics
+
+
+def gated_rows(group: np.ndarray, score: np.ndarray, outcome: np.ndarray, gate: str,
+               eps: float = 1e-6) -> np.ndarray:
+    """Per row: does ``gate`` zero its group? (the predicate of :func:`group_advantages`, in float32)."""
+    _, inv = np.unique(group, return_inverse=True)
+    count = np.bincount(inv)
+    multi = count > 1
+    if gate == "score":
+        sc = score.astype(np.float32)
+        mean = (np.bincount(inv, sc) / count).astype(np.float32)
+        var = np.bincount(inv, (sc - mean[inv]) ** 2) / np.maximum(count - 1, 1)
+        flat = multi & (np.sqrt(var) <= eps)
+    elif gate == "outcome":
+        passes = np.bincount(inv, outcome)
+        flat = multi & ((passes == 0) | (passes == count))
+    else:
+        flat = np.zeros(len(count), dtype=bool)
+    return flat[inv]
+
+
+def _summary(history: list[dict[str, Any]]) -> dict[str, Any]:
+    evals = [(h["_step"], h[VAL_ACC], h[VAL_LEN]) for h in history if VAL_ACC in h]
+    below = [st for st, acc, _ in evals if acc < 0.1]
+    steps = [h["timing_s/step"] for h in history if "timing_s/step" in h]
+    return {
+        "start_acc": evals[0][1], "final_acc": evals[-1][1], "start_len": evals[0][2], "final_len": evals[-1][2],
+        "min_acc": min(a for _, a, _ in evals), "first_step_acc_below_0.1": below[0] if below else None,
+        "seconds_per_step": float(np.mean(steps)) if steps else None,
+        "gen_batches_total": float(sum(h.get("phantom/gen_batches", 0) for h in history)),
+    }
+
+
+def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,
+            root: str | os.PathLike[str] | None = None, progress: bool = True,
+            extra: dict[str, Any] | None = None) -> RunDir:
+    """Run one arm into ``<root>/<name>`` (reusing a finished run of the same spec) and return it.
+
+    The folder is marked ``running`` while training, ``done`` at the end, ``failed`` on any
+    exception or interrupt; a failed or stale folder is wiped and re-run next time.
+    """
+    from tqdm.auto import tqdm
+
+    spec = spec if isinstance(spec, ArmSpec) else ArmSpec.from_dict(spec)
+    d = spec.to_dict()
+    name = name or spec.run_name()
+    existing = RunDir(runs_root(root) / name)
+    if existing.check_startable(d):
+        return existing
+    ckpt = ensure_sft_model(spec.model, progress=progress)
+    trainer = Trainer(spec, ckpt)
+    run = RunDir.start(name, d, kind="lab", root=root,
+                       extra={"checkpoint": str(ckpt), "sft": {k: trainer.sft_meta.get(k) for k in
+                              ("key", "val_greedy_acc", "val_sampled_acc", "params")}, **(extra or {})})
+    t_start = time.time()
+    history: list[dict[str, Any]] = []
+    try:
+        m0 = trainer.evaluate(0)
+        run.log(0, m0)
+        history.append({"_step": 0, **m0})
+        bar = tqdm(range(1, spec.steps + 1), desc=name[:40], disable=not progress, leave=False)
+        for st in bar:
+            m = trainer.step(st)
+            bad = [k for k, v in m.items() if isinstance(v, float) and not math.isfinite(v)]
+            if bad:
+                raise FloatingPointError(f"step {st}: non-finite metrics {bad}")
+            run.log(st, m)
+            history.append({"_step": st, **m})
+            if VAL_ACC in m:
+                bar.set_postfix(acc=f"{m[VAL_ACC]:.2f}", len=f"{m[VAL_LEN]:.0f}")
+    except BaseException as e:
+        run.finish("failed", error=f"{type(e).__name__}: {e}")
+        raise
+    run.finish("done", wall_seconds=time.time() - t_start, summary=_summary(history))
+    return run

@@ -1,0 +1,264 @@
+"""Sweeps: many lab arms, each executed as a real papermill run of ``notebooks/lab_arm.py``.
+
+A sweep file (``src/phantom/sweeps/<name>.yaml``) names a ``base`` spec, ``profiles`` (``full``,
+``quick``) that override it (``base``; ``seeds``; ``groups``: which groups run; ``set``: per-group
+fields that override the group's own ``set``), and ``groups`` of cells: a ``set`` of
+fixed fields times a ``grid`` of lists (the grid key ``variant`` takes mappings of fields that vary
+together). Every cell becomes an :class:`~phantom.lab.spec.ArmSpec`, validated before anything runs;
+identical cells in several groups run once. Cells whose finished run folder exists are skipped,
+so a sweep resumes where it stopped. Cells run ``jobs`` at a time, each in its own papermill
+process with one torch thread; the warm-start checkpoints are built first, once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from phantom.lab.spec import ArmSpec
+from phantom.runs import RunDir, RunInUse, runs_root
+
+__all__ = ["PROFILES", "Cell", "SweepFailed", "list_sweeps", "load_sweep", "expand", "run_sweep", "sweep_table",
+           "notebook_path"]
+
+PROFILES: tuple[str, ...] = ("full", "quick")
+_NB_DIR = ".lab_notebooks"
+
+
+class SweepFailed(RuntimeError):
+    """Some cells did not finish; the message lists them and where their logs are."""
+
+
+@dataclass
+class Cell:
+    spec: ArmSpec
+    groups: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.spec.run_name()
+
+
+def _sweep_dir() -> Any:
+    return resources.files("phantom").joinpath("sweeps")
+
+
+def list_sweeps() -> list[str]:
+    return sorted(p.name[:-5] for p in _sweep_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def load_sweep(name_or_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A sweep definition by package name (``paper``) or by file path."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.is_file():
+        text = p.read_text()
+    else:
+        if str(name_or_path) not in list_sweeps():
+            raise ValueError(f"sweep {str(name_or_path)!r} is unknown; allowed: {', '.join(list_sweeps())} "
+                             "or a path to a .yaml file")
+        text = _sweep_dir().joinpath(f"{name_or_path}.yaml").read_text()
+    d = yaml.safe_load(text) or {}
+    if not isinstance(d.get("groups"), dict) or not d["groups"]:
+        raise ValueError(f"sweep {name_or_path!s} has no groups (a mapping of group name -> set/grid)")
+    return d
+
+
+def expand(sweep: dict[str, Any], profile: str = "full") -> list[Cell]:
+    """Validated, de-duplicated cells of a sweep under a profile (order: groups as written)."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile={profile!r} is unknown; allowed: {', '.join(PROFILES)}")
+    prof = (sweep.get("profiles") or {}).get(profile) or {}
+    base = {**(sweep.get("base") or {}), **(prof.get("base") or {}), "profile": profile}
+    only = prof.get("groups")
+    cells: dict[str, Cell] = {}
+    for gname, g in sweep["groups"].items():
+        if only is not None and gname not in only:
+            continue
+        g = g or {}
+        unknown = set(g) - {"set", "grid", "section", "about"}
+        if unknown:
+            raise ValueError(f"group {gname!r} has unknown key(s) {sorted(unknown)}; allowed: set, grid, section, about")
+        grid = dict(g.get("grid") or {})
+        if "seed" in grid and "seeds" in prof:
+            grid["seed"] = [s for s in grid["seed"] if s in prof["seeds"]] or prof["seeds"][:1]
+        keys = list(grid)
+        for values in itertools.product(*(grid[k] if isinstance(grid[k], list) else [grid[k]] for k in keys)):
+            fields = {**base, **(g.get("set") or {}), **((prof.get("set") or {}).get(gname) or {})}
+            for k, v in zip(keys, values):
+                if k == "variant":  # a bundle of fields that vary together
+                    if not isinstance(v, dict):
+                        raise ValueError(f"group {gname!r}: each variant must be a mapping of spec fields, got {v!r}")
+                    fields.update(v)
+                else:
+                    fields[k] = v
+            try:
+                spec = ArmSpec.from_dict(fields)
+            except ValueError as e:
+                raise ValueError(f"sweep group {gname!r}, cell {dict(zip(keys, values))}: {e}") from None
+            cell = cells.setdefault(spec.run_name(), Cell(spec))
+            if gname not in cell.groups:
+                cell.groups.append(gname)
+    return list(cells.values())
+
+
+def notebook_path() -> Path:
+    """``notebooks/lab_arm.py`` of this checkout (override with ``$PHANTOM_LAB_NOTEBOOK``)."""
+    env = os.environ.get("PHANTOM_LAB_NOTEBOOK")
+    p = Path(env) if env else Path(__file__).resolve().parents[3] / "notebooks" / "lab_arm.py"
+    if not p.is_file():
+        raise FileNotFoundError(f"lab notebook not found at {p}; set $PHANTOM_LAB_NOTEBOOK")
+    return p
+
+
+def _materialize_notebook(dest_dir: Path) -> Path:
+    import jupytext
+    import nbformat
+
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    nb = jupytext.read(notebook_path())
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    out = dest_dir / f"lab_arm.{os.getpid()}.ipynb"
+    nbformat.write(nb, out)
+    return out
+
+
+def _launch(cell: Cell, sweep_name: str, nb_in: Path, root: Path) -> tuple[subprocess.Popen, Path, Any]:
+    work = root / _NB_DIR
+    params = work / f"{cell.name}.params.yaml"
+    params.write_text(yaml.safe_dump({
+        "spec": cell.spec.to_dict(), "run_name": cell.name, "runs_root": str(root),
+        "extra": {"sweep": {"name": sweep_name, "profile": cell.spec.profile, "groups": cell.groups}},
+    }, sort_keys=True))
+    log = work / f"{cell.name}.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PHANTOM_RUNS": str(root)}
+    fh = log.open("w")
+    cmd = [sys.executable, "-m", "papermill", str(nb_in), str(work / f"{cell.name}.ipynb"), "-f", str(params),
+           "-k", "python3", "--no-progress-bar", "--cwd", str(Path.cwd())]
+    return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env), log, fh
+
+
+def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
+              runs_root: str | os.PathLike[str] | None = None, jobs: int = 2, progress: bool = True,
+              dry_run: bool = False) -> list[RunDir]:
+    """Run every cell of a sweep (skipping finished ones) and return their run folders, in order.
+
+    Raises :class:`SweepFailed` after all cells were attempted if any did not finish.
+    """
+    from tqdm.auto import tqdm
+
+    from phantom.lab.sft import ensure_sft_model
+
+    jobs = int(jobs)
+    if jobs < 1:
+        raise ValueError(f"jobs={jobs} is invalid; allowed: jobs >= 1")
+    sweep = load_sweep(name_or_path)
+    sweep_name = str(sweep.get("name") or Path(str(name_or_path)).stem)
+    cells = expand(sweep, profile)
+    root = _runs_root(runs_root)
+    runs = [RunDir(root / c.name) for c in cells]
+    todo, busy = [], []
+    for cell, run in zip(cells, runs):
+        try:
+            if not run.check_startable(cell.spec.to_dict()):
+                todo.append(cell)
+        except RunInUse as e:
+            busy.append(str(e))
+    if busy:
+        raise SweepFailed("cells are being run by another process:\n" + "\n".join(busy))
+    if dry_run or not todo:
+        return runs
+    for model in sorted({c.spec.model for c in todo}):
+        ensure_sft_model(model, progress=progress)
+    (root / _NB_DIR).mkdir(parents=True, exist_ok=True)
+    nb_in = _materialize_notebook(root / _NB_DIR)
+    failures: list[str] = []
+    pending = list(todo)
+    active: list[tuple[Cell, subprocess.Popen, Path, Any]] = []
+    bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc=f"sweep {sweep_name}/{profile}",
+               disable=not progress)
+    try:
+        while pending or active:
+            while pending and len(active) < jobs:
+                cell = pending.pop(0)
+                active.append((cell, *_launch(cell, sweep_name, nb_in, root)))
+            time.sleep(0.2)
+            for item in list(active):
+                cell, proc, log, fh = item
+                if proc.poll() is None:
+                    continue
+                fh.close()
+                active.remove(item)
+                run = RunDir(root / cell.name)
+                if proc.returncode == 0 and run.done:
+                    shutil.move(str(root / _NB_DIR / f"{cell.name}.ipynb"), run.path / "lab_arm.ipynb")
+                    shutil.move(str(log), run.stdout_path)
+                    (root / _NB_DIR / f"{cell.name}.params.yaml").unlink(missing_ok=True)
+                else:
+                    failures.append(f"{cell.name}: exit {proc.returncode}, status {run.status}; log {log}")
+                bar.update(1)
+    except BaseException:
+        for _, proc, _, fh in active:
+            proc.terminate()
+            proc.wait(timeout=30)
+            fh.close()
+        raise
+    finally:
+        bar.close()
+        nb_in.unlink(missing_ok=True)
+    if failures:
+        raise SweepFailed(f"{len(failures)} of {len(todo)} cells failed:\n" + "\n".join(failures))
+    return runs
+
+
+def _runs_root(r: str | os.PathLike[str] | None) -> Path:
+    return runs_root(r)
+
+
+def sweep_table(name_or_path: str | os.PathLike[str], *, profile: str = "full",
+                runs_root: str | os.PathLike[str] | None = None):
+    """One row per cell: groups, spec fields, status and the run's endpoint summary (a DataFrame)."""
+    import pandas as pd
+
+    rows = []
+    root = _runs_root(runs_root)
+    for cell in expand(load_sweep(name_or_path), profile):
+        run = RunDir(root / cell.name)
+        m = run.manifest()
+        row = {"name": cell.name, "groups": ",".join(cell.groups), "status": m.get("status"),
+               **cell.spec.to_dict(), **(m.get("summary") or {}), "wall_seconds": m.get("wall_seconds")}
+        if run.done:
+            row.update(_from_metrics(run))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _from_metrics(run: RunDir) -> dict[str, Any]:
+    """Endpoint and early-training telemetry read back from ``metrics.jsonl``."""
+    from phantom.lab.rl import VAL_ACC, VAL_LEN
+    from phantom.runs import read_metrics
+
+    df = read_metrics(run.path)
+    ev = df[df[VAL_ACC].notna()]
+    early = df.loc[1:10]
+    out: dict[str, Any] = {"len_ratio": float(ev[VAL_LEN].iloc[-1] / max(ev[VAL_LEN].iloc[0], 1e-9)),
+                           "refill_steps": int((df.loc[1:, "phantom/gen_batches"] > 1).sum())}
+    for key, col in (("final_acc_true", "phantom/val/acc_true"), ("final_acc_denoised", "phantom/val/acc_denoised"),
+                     ("final_live_frac", "phantom/frac/live")):
+        if col in df:
+            out[key] = float(df[col].dropna().iloc[-1])
+    for key, col in (("all_fail_early", "phantom/frac/all_fail"), ("phantom_early", "phantom/frac/phantom"),
+                     ("zeroed_early", "phantom/frac/zeroed"), ("all_pass_early", "phantom/frac/all_pass")):
+        if col in early:
+            out[key] = float(early[col].mean())
+    return out

@@ -1,0 +1,193 @@
+"""The lab's RL loop on a tiny model: the real code path, its telemetry and its run-folder rules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from phantom.lab.dapo import no_contrast_groups
+from phantom.lab.rl import VAL_ACC, VAL_LEN, Trainer, gated_rows, run_arm
+from phantom.lab.spec import ArmSpec
+from phantom.runs import RunDir, read_metrics
+
+TINY = dict(model="tiny", steps=3, prompts=4, rollouts=4, eval_n=8, eval_every=2, max_new=24)
+EVERY_STEP = ["response_length/mean", "critic/score/mean", "phantom/acc/mean", "phantom/adv/abs_mean",
+              "phantom/gen_batches", "timing_s/step", "phantom/groups/total", "phantom/frac/all_fail",
+              "phantom/frac/phantom", "phantom/frac/zeroed", "phantom/frac/live", "phantom/train_sample",
+              "actor/pg_loss", "actor/grad_norm"]
+EVAL = [VAL_ACC, VAL_LEN, "phantom/sample", "phantom/val/acc_true"]
+
+
+@pytest.fixture(scope="module")
+def lab_env(tmp_path_factory):
+    from phantom.lab.sft import ensure_sft_model
+
+    art = tmp_path_factory.mktemp("artifacts")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PHANTOM_ARTIFACTS", str(art))
+    ckpt = ensure_sft_model("tiny", progress=False)
+    yield ckpt
+    mp.undo()
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_smoke_run_writes_contract_metrics(lab_env, tmp_path):
+    run = run_arm({**TINY, "arm": "score"}, root=tmp_path, progress=False)
+    m = run.manifest()
+    assert m["status"] == "done" and m["kind"] == "lab"
+    for key in ("arm", "estimator", "lam", "kind", "seed", "steps", "kl_coef", "noise_p", "sampling"):
+        assert key in m["spec"]
+    df = read_metrics(run.path)
+    assert list(df.index) == [0, 1, 2, 3]
+    assert df.loc[[0, 2, 3], VAL_ACC].notna().all() and np.isnan(df.loc[1, VAL_ACC])
+    for key in EVERY_STEP:
+        assert df.loc[1:, key].notna().all(), key
+    for key in EVAL:
+        assert key in df.columns
+    assert (df.loc[1:, "phantom/groups/total"] == 4).all()
+    lines = run.metrics_path.read_text().splitlines()
+    assert all(set(json.loads(line)) == {"step", "data"} for line in lines)
+    assert m["summary"]["start_acc"] == df.loc[0, VAL_ACC]
+
+
+def test_runs_are_reproducible_and_reused(lab_env, tmp_path):
+    a = run_arm({**TINY, "arm": "none", "seed": 3}, name="a", root=tmp_path, progress=False)
+    b = run_arm({**TINY, "arm": "none", "seed": 3}, name="b", root=tmp_path, progress=False)
+    cols = ["critic/score/mean", "actor/pg_loss", "phantom/train_sample"]
+    assert read_metrics(a.path)[cols].equals(read_metrics(b.path)[cols])
+    before = a.metrics_path.stat().st_mtime_ns
+    again = run_arm({**TINY, "arm": "none", "seed": 3}, name="a", root=tmp_path, progress=False)
+    assert again.path == a.path and a.metrics_path.stat().st_mtime_ns == before
+
+
+def test_crash_leaves_failed_and_is_rerun(lab_env, tmp_path, monkeypatch):
+    spec = {**TINY, "arm": "outcome"}
+    orig = Trainer.step
+
+    def boom(self, step):
+        if step == 2:
+            raise RuntimeError("simulated crash")
+        return orig(self, step)
+
+    monkeypatch.setattr(Trainer, "step", boom)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_arm(spec, name="x", root=tmp_path, progress=False)
+    run = RunDir(tmp_path / "x")
+    assert run.status == "failed" and "simulated crash" in run.manifest()["error"]
+    assert not run.done
+    monkeypatch.setattr(Trainer, "step", orig)
+    run = run_arm(spec, name="x", root=tmp_path, progress=False)
+    assert run.status == "done"
+    assert list(read_metrics(run.path).index) == [0, 1, 2, 3]  # re-run from scratch, no stale lines
+
+
+def test_interrupt_leaves_failed(lab_env, tmp_path, monkeypatch):
+    def interrupt(self, step):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "step", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_arm({**TINY, "arm": "none"}, name="k", root=tmp_path, progress=False)
+    assert RunDir(tmp_path / "k").status == "failed"
+
+
+def test_killed_run_stays_running_and_is_rerun(lab_env, tmp_path):
+    """A process killed mid-run cannot mark itself failed: its folder says running with a dead pid."""
+    code = ("import os, signal\nfrom phantom.lab.rl import Trainer, run_arm\n"
+            "orig = Trainer.step\n"
+            "def step(self, s):\n    if s == 2: os.kill(os.getpid(), signal.SIGKILL)\n    return orig(self, s)\n"
+            "Trainer.step = step\n"
+            f"run_arm({TINY!r}, name='killed', root={str(tmp_path)!r}, progress=False)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr
+    run = RunDir(tmp_path / "killed")
+    assert run.status == "running" and not run.done
+    run = run_arm(TINY, name="killed", root=tmp_path, progress=False)
+    assert run.status == "done" and list(read_metrics(run.path).index) == [0, 1, 2, 3]
+
+
+def test_dapo_refill_direction_on_an_all_fail_policy(lab_env, tmp_path):
+    """A policy that never passes: acc-filtering deletes every group and refills to the cap; score
+    filtering keeps groups whose failures differ in length, so one generation batch suffices (§8)."""
+    common = {**TINY, "steps": 2, "sampling": "dapo", "gen_prompts": 4, "max_gen_batches": 3}
+    acc = read_metrics(run_arm({**common, "arm": "outcome"}, root=tmp_path, progress=False).path)
+    score = read_metrics(run_arm({**common, "arm": "score"}, root=tmp_path, progress=False).path)
+    assert (acc.loc[1:, "phantom/acc/mean"].fillna(0) == 0).all() or acc.loc[1:, VAL_ACC].isna().all()
+    assert (acc.loc[1:, "phantom/gen_batches"] == 3).all()
+    assert (acc.loc[1:, "phantom/dapo/exhausted"] == 1).all()
+    assert (score.loc[1:, "phantom/gen_batches"] == 1).all()
+    assert (score.loc[1:, "training/filter_groups/evicted_samples"] <= 4).all()
+    assert (score.loc[1:, "phantom/dapo/train_groups"] == 4).all()
+
+
+def test_no_contrast_groups_uses_exact_equality():
+    group = np.array([5, 5, 5, 9, 9, 9, 2, 7, 7])
+    metric = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 1e-12, 3.0, 0.5, 0.5])
+    labels, delete = no_contrast_groups(group, metric)
+    assert labels.tolist() == [5, 9, 2, 7]  # first-appearance order
+    assert delete.tolist() == [True, False, False, True]  # singletons stay, as in verl
+
+
+def _trainer_batch(lab_env, **kw):
+    spec = ArmSpec.from_dict({**TINY, "lam": 0.0, **kw})
+    tr = Trainer(spec, lab_env)
+    batch = tr.rollout(8, step=1)
+    rng = np.random.default_rng(0)
+    out = (rng.random(len(batch)) < 0.5).astype(float)
+    out[:4] = 0.0  # one all-fail group
+    out[4:8] = 1.0  # one all-pass group
+    batch.outcome = batch.true_outcome = out
+    batch.score = tr.shape(out, batch.chars, batch.chars, batch.texts)
+    return tr, batch
+
+
+def _grads(tr, batch, adv, live):
+    """Gradient of one update; the weights are restored, so calls are independent."""
+    state = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    tr.update(batch, adv, live, step=1)
+    grads = [p.grad.detach().clone() for p in tr.params]
+    tr.model.load_state_dict(state)
+    return grads
+
+
+def test_rezeroing_binary_dead_groups_is_gradient_redundant(lab_env):
+    """§10: at lam=0 the outcome gate zeroes only groups whose advantages are already 0."""
+    tr, batch = _trainer_batch(lab_env, arm="outcome", grad_clip=1e6)
+    a_none, _ = tr.advantages(batch, "none")
+    a_gate, stats = tr.advantages(batch, "outcome")
+    assert stats.zeroed >= 2
+    np.testing.assert_array_equal(a_none, a_gate)
+    g_none, g_gate = _grads(tr, batch, a_none, None), _grads(tr, batch, a_gate, None)
+    for x, y in zip(g_none, g_gate):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+def test_mask_drop_rescales_token_mean(lab_env):
+    """§10: dropping gated rows from the mask changes only the token-mean denominator (1/live_frac)."""
+    tr, batch = _trainer_batch(lab_env, arm="outcome", grad_clip=1e6)
+    adv, _ = tr.advantages(batch, "outcome")
+    gated = gated_rows(batch.group, batch.score, batch.outcome, "outcome")
+    assert gated.any() and not gated.all()
+    assert (adv[gated] == 0).all()
+    live = np.flatnonzero(~gated)
+    tokens = np.array([len(r) for r in batch.response_ids])
+    scale = tokens.sum() / tokens[live].sum()
+    g_zero, g_mask = _grads(tr, batch, adv, None), _grads(tr, batch, adv, live)
+    for x, y in zip(g_zero, g_mask):
+        torch.testing.assert_close(y, x * scale, rtol=1e-4, atol=1e-5 * float(x.abs().max()) + 1e-12)
+    assert any(x.abs().max() > 0 for x in g_zero)
+
+
+def test_noisy_verifier_telemetry(lab_env, tmp_path):
+    run = run_arm({**TINY, "arm": "outcome", "noise_p": 0.15}, root=tmp_path, progress=False)
+    df = read_metrics(run.path)
+    assert "phantom/val/acc_denoised" in df and "phantom/noise/flip_rate" in df
+    ev = df[df[VAL_ACC].notna()]
+    np.testing.assert_allclose(ev["phantom/val/acc_denoised"], (ev[VAL_ACC] - 0.15) / 0.7)

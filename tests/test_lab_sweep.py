@@ -1,0 +1,97 @@
+"""Sweeps execute notebooks/lab_arm.py with papermill, skip finished cells, and report failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from phantom.lab import sweep as sweep_mod
+from phantom.lab.sweep import SweepFailed, expand, load_sweep, run_sweep, sweep_table
+from phantom.runs import RunDir, iter_runs, read_metrics
+
+pytestmark = pytest.mark.slow
+
+TINY_SWEEP = """
+name: tiny
+base: {model: tiny, steps: 2, prompts: 4, rollouts: 3, eval_n: 8, eval_every: 1, max_new: 24}
+profiles:
+  full: {}
+  quick: {seeds: [0], base: {steps: 1}}
+groups:
+  core:
+    grid: {arm: [none, outcome], seed: [0, 1]}
+  again:
+    set: {arm: none}
+    grid: {seed: [0]}
+  variants:
+    grid: {variant: [{arm: none, lam: 0.0}, {arm: outcome, lam: 0.0, drop: mask}]}
+"""
+
+
+@pytest.fixture()
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("PHANTOM_ARTIFACTS", str(tmp_path / "artifacts"))
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY_SWEEP)
+    return path, tmp_path / "runs"
+
+
+def test_expand_dedupes_and_applies_profiles(env):
+    path, _ = env
+    full = expand(load_sweep(path), "full")
+    assert len(full) == 6  # 4 core + 2 variants; "again" duplicates a core cell
+    dup = [c for c in full if c.groups == ["core", "again"]]
+    assert len(dup) == 1 and dup[0].spec.arm == "none" and dup[0].spec.seed == 0
+    quick = expand(load_sweep(path), "quick")
+    assert {c.spec.seed for c in quick} == {0} and all(c.spec.steps == 1 for c in quick)
+    assert {(c.spec.arm, c.spec.drop) for c in quick if "variants" in c.groups} == {("none", "zero"), ("outcome", "mask")}
+
+
+def test_sweep_runs_papermill_then_skips(env, monkeypatch):
+    path, runs = env
+    out = run_sweep(path, profile="quick", runs_root=runs, jobs=2, progress=False)
+    assert len(out) == 4 and all(r.done for r in out)
+    for r in out:
+        assert (r.path / "lab_arm.ipynb").is_file() and r.stdout_path.is_file()
+        nb = json.loads((r.path / "lab_arm.ipynb").read_text())
+        assert any("injected-parameters" in c.get("metadata", {}).get("tags", []) for c in nb["cells"])
+        assert any(o.get("output_type") == "display_data" for c in nb["cells"] for o in c.get("outputs", []))
+        m = r.manifest()
+        assert m["sweep"]["name"] == "tiny" and m["sweep"]["profile"] == "quick"
+        assert read_metrics(r.path).index.max() == 1
+    assert len(list(iter_runs(runs, arm="outcome", drop="mask", profile="quick"))) == 1
+
+    def no_launch(*a, **k):
+        raise AssertionError("a finished cell was launched again")
+
+    monkeypatch.setattr(sweep_mod.subprocess, "Popen", no_launch)
+    again = run_sweep(path, profile="quick", runs_root=runs, jobs=2, progress=False)
+    assert [r.path for r in again] == [r.path for r in out]
+    table = sweep_table(path, profile="quick", runs_root=runs)
+    assert (table["status"] == "done").all() and "final_acc" in table
+
+
+def test_failed_cell_is_reported_and_rerun(env, monkeypatch, tmp_path):
+    path, runs = env
+    bad = tmp_path / "bad_nb.py"
+    bad.write_text('# %% tags=["parameters"]\nspec = {}\nrun_name = None\nruns_root = None\nextra = {}\n'
+                   "progress = False\n\n# %%\nraise RuntimeError('notebook failure')\n")
+    monkeypatch.setenv("PHANTOM_LAB_NOTEBOOK", str(bad))
+    with pytest.raises(SweepFailed, match=r"4 of 4 cells failed"):
+        run_sweep(path, profile="quick", runs_root=runs, jobs=2, progress=False)
+    monkeypatch.delenv("PHANTOM_LAB_NOTEBOOK")
+    out = run_sweep(path, profile="quick", runs_root=runs, jobs=2, progress=False)
+    assert all(r.done for r in out)
+
+
+def test_stale_running_cell_is_rerun(env):
+    path, runs = env
+    cell = expand(load_sweep(path), "quick")[0]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    run = RunDir.start(cell.name, cell.spec.to_dict(), kind="lab", root=runs)
+    run.update(pid=dead.pid)  # a run whose process is gone
+    out = run_sweep(path, profile="quick", runs_root=runs, jobs=2, progress=False)
+    assert all(r.done for r in out)

@@ -1,0 +1,93 @@
+"""phantom.lab.task: deterministic, disjoint splits; solutions that the reward code accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+from phantom.lab.task import TaskConfig, iter_split, make_split, problem, solution_text
+from phantom.rewards import extract_answer, is_correct
+
+
+def test_problems_are_deterministic_and_independent_of_batching():
+    cfg = TaskConfig()
+    a = make_split(cfg, "train", 50)
+    b = make_split(cfg, "train", 30, start=20)
+    assert a[20:] == b[:30]
+    assert a == make_split(TaskConfig(), "train", 50)
+    assert problem(cfg, "val", 7) == make_split(cfg, "val", 8)[7]
+    stream = iter_split(cfg, "val", start=3)
+    assert [next(stream) for _ in range(3)] == make_split(cfg, "val", 3, start=3)
+
+
+def test_splits_are_disjoint_by_operands():
+    cfg = TaskConfig(terms=(2, 2))  # the smallest problem space: collisions would show here
+    train = {p.operands for p in make_split(cfg, "train", 3000)}
+    val = {p.operands for p in make_split(cfg, "val", 300)}
+    assert train.isdisjoint(val)
+    assert len(val) > 250  # and not degenerate
+
+
+@pytest.mark.parametrize("wording", ["symbolic", "words", "mixed"])
+def test_solution_format_and_answer(wording):
+    cfg = TaskConfig(terms=(2, 6), wording=wording)
+    for p in make_split(cfg, "val", 100):
+        lo, hi = cfg.terms
+        assert lo <= len(p.operands) <= hi
+        assert all(1 <= x <= 99 for x in p.operands)
+        assert p.answer == sum(p.operands)
+        lines = p.solution.split("\n")
+        assert len(lines) == len(p.operands)  # one line per addition plus the answer line
+        assert lines[-1] == f"#### {p.answer}"
+        assert is_correct(p.solution, p.answer, strict=True)
+        assert extract_answer(p.solution, strict=True) == str(p.answer)
+        assert p.prompt.endswith("\n")
+        assert all(str(x) in p.prompt for x in p.operands)
+    if wording == "mixed":
+        assert {p.wording for p in make_split(cfg, "val", 100)} == {"symbolic", "words"}
+
+
+def test_truncated_reasoning_is_wrong():
+    """Dropping the steps or the answer line loses the marker: the phantom's shortcut fails."""
+    sol = solution_text((38, 7, 91))
+    assert sol == "38+7=45\n45+91=136\n#### 136"
+    assert not is_correct(sol.rsplit("\n", 1)[0], 136, strict=True)
+    assert not is_correct("", 136, strict=True)
+    assert not is_correct("38+7=45\n45+91=136\n###", 136, strict=True)
+
+
+def test_difficulty_knob_changes_terms():
+    easy = make_split(TaskConfig(terms=(2, 3)), "val", 200)
+    hard = make_split(TaskConfig(terms=(5, 6)), "val", 200)
+    assert max(len(p.operands) for p in easy) <= 3 < min(len(p.operands) for p in hard)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    (dict(terms=(1, 3)), "terms"), (dict(terms=(4, 3)), "terms"), (dict(max_operand=3), "max_operand"),
+    (dict(wording="latin"), "wording"),
+])
+def test_bad_config_fails_fast(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TaskConfig(**kwargs)
+
+
+def test_bad_split_and_fields():
+    with pytest.raises(ValueError, match="allowed: train, val"):
+        problem(TaskConfig(), "test", 0)
+    with pytest.raises(ValueError, match="unknown field"):
+        TaskConfig.from_dict({"terms": [2, 3], "digits": 2})
+
+
+def test_styles_change_length_not_answer():
+    import random
+
+    from phantom.lab.task import styled_solution
+
+    ops = (56, 85, 42, 12)
+    rng = random.Random(0)
+    sols = {styled_solution(ops, rng, 0.5, 0.5) for _ in range(200)}
+    assert len({len(s) for s in sols}) >= 5  # sampled styles spread in length
+    for s in sols:
+        assert is_correct(s, sum(ops), strict=True)
+        assert s.endswith(f"#### {sum(ops)}")
+    assert solution_text(ops, spaced=(True, False, False), recap=True) == \
+        "56 + 85 = 141\n141+42=183\n183+12=195\nTotal: 195\n#### 195"
