@@ -134,3 +134,27 @@ def test_cli_errors_exit_2(tmp_path, capsys, args, needle):
     args = [a.format(empty=empty, healthy=FIX / "metrics_healthy.jsonl") for a in args]
     assert main(args) == 2
     assert needle in capsys.readouterr().err
+
+
+# --- recorded lab runs (tests/fixtures/watch/README.md) -----------------------------------------
+REC = Path(__file__).parent / "fixtures" / "watch"
+
+
+def test_recorded_lab_collapse_warns_on_both_and_says_accuracy_came_first(capsys):
+    """On the lab's real collapse the length warning comes *after* the accuracy alarm, and says so."""
+    assert main([str(REC / "lab_none_s0.jsonl"), "--once", "--color", "never"]) == 1
+    out = capsys.readouterr().out
+    assert "WARNING [length]" in out and "WARNING [accuracy]" in out
+    tail = MetricsTail(REC / "lab_none_s0.jsonl")
+    tail.poll()
+    table, source = indicators(tail.rows)
+    assert source["val_acc"] == "val-core/phantom_lab/acc/mean@1" and source["length"] == "response_length/mean"
+    alerts = {a.kind: a for a in detect(table)}
+    assert alerts["accuracy"].step <= alerts["length"].step
+    assert "already dropped" in alerts["length"].message and "LEADING" not in alerts["length"].message
+
+
+def test_recorded_outcome_arm_gets_no_length_warning(capsys):
+    main([str(REC / "lab_outcome_s0.jsonl"), "--once", "--color", "never"])
+    out = capsys.readouterr().out
+    assert "WARNING [length]" not in out and "val acc" in out
