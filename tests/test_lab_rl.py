@@ -119,7 +119,10 @@ def test_dapo_refill_direction_on_an_all_fail_policy(lab_env, tmp_path):
     common = {**TINY, "steps": 2, "sampling": "dapo", "gen_prompts": 4, "max_gen_batches": 3}
     acc = read_metrics(run_arm({**common, "arm": "outcome"}, root=tmp_path, progress=False).path)
     score = read_metrics(run_arm({**common, "arm": "score"}, root=tmp_path, progress=False).path)
-    assert (acc.loc[1:, "phantom/acc/mean"].fillna(0) == 0).all() or acc.loc[1:, VAL_ACC].isna().all()
+    # nothing survives the acc filter: no update, and no batch metrics logged as if a batch were trained
+    assert (acc.loc[1:, "phantom/dapo/train_groups"] == 0).all() and (acc.loc[1:, "phantom/update_skipped"] == 1).all()
+    for key in ("response_length/mean", "phantom/acc/mean", "critic/score/mean"):
+        assert key not in acc or acc.loc[1:, key].isna().all()
     assert (acc.loc[1:, "phantom/gen_batches"] == 3).all()
     assert (acc.loc[1:, "phantom/dapo/exhausted"] == 1).all()
     assert (score.loc[1:, "phantom/gen_batches"] == 1).all()

@@ -62,15 +62,14 @@ def dapo_collect(trainer: Trainer, step: int) -> tuple[Rollouts, np.ndarray, Gat
     _, stats = group_advantages(everything.score.astype(np.float32), everything.group, outcomes=everything.outcome,
                                 gate=s.arm, norm=s.norm)
     if len(batch):
-        adv, _ = group_advantages(batch.score.astype(np.float32), batch.group, outcomes=batch.outcome, gate="none",
-                                  norm=s.norm)
-        _, kept_stats = group_advantages(batch.score.astype(np.float32), batch.group, outcomes=batch.outcome,
-                                         gate="none", norm=s.norm)
+        adv, kept_stats = group_advantages(batch.score.astype(np.float32), batch.group, outcomes=batch.outcome,
+                                           gate="none", norm=s.norm)
         kept_phantom, kept_degenerate = kept_stats.phantom or 0, kept_stats.degenerate_live or 0
     else:
         adv, kept_phantom, kept_degenerate = np.zeros(0, dtype=np.float32), 0, 0
     extra = {
         "phantom/gen_batches": float(batches),
+        # verl 0.9.1 counts uids (groups) under these "samples" names (v1/replay_buffer.py:374); so do we
         "training/filter_groups/evicted_samples": float(evicted),
         "training/filter_groups/discarded_surplus_samples": float(max(0, len(labels) - s.prompts)),
         "phantom/dapo/train_groups": float(len(train_labels)),

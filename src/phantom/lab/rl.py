@@ -218,18 +218,19 @@ class Trainer:
         batch, adv, stats, extra, live = self.collect(step)
         t_gen = time.perf_counter() - t0
         metrics: dict[str, Any] = {**extra, **stats.to_metrics()}
-        tokens = np.array([len(r) for r in batch.response_ids], dtype=float)
-        metrics.update({
-            "response_length/mean": float(tokens.mean()) if len(tokens) else 0.0,
-            "phantom/response_chars/mean": float(batch.chars.mean()) if len(batch) else 0.0,
-            "critic/score/mean": float(batch.score.mean()) if len(batch) else 0.0,
-            "phantom/acc/mean": float(batch.outcome.mean()) if len(batch) else 0.0,
-            "phantom/acc_true/mean": float(batch.true_outcome.mean()) if len(batch) else 0.0,
-            "phantom/adv/abs_mean": float(np.abs(adv).mean()) if len(adv) else 0.0,
-            "phantom/frac/no_eos": float(1 - batch.ended.mean()) if len(batch) else 0.0,
-            "phantom/train_sample": batch.texts[0] if len(batch) else "",
-            "timing_s/gen": t_gen,
-        })
+        if len(batch):  # a DAPO step that kept no group trains on nothing: leave its batch metrics out
+            tokens = np.array([len(r) for r in batch.response_ids], dtype=float)
+            metrics.update({
+                "response_length/mean": float(tokens.mean()),
+                "phantom/response_chars/mean": float(batch.chars.mean()),
+                "critic/score/mean": float(batch.score.mean()),
+                "phantom/acc/mean": float(batch.outcome.mean()),
+                "phantom/acc_true/mean": float(batch.true_outcome.mean()),
+                "phantom/adv/abs_mean": float(np.abs(adv).mean()),
+                "phantom/frac/no_eos": float(1 - batch.ended.mean()),
+                "phantom/train_sample": batch.texts[0],
+            })
+        metrics["timing_s/gen"] = t_gen
         if self.spec.noise_p > 0 and len(batch):
             metrics["phantom/noise/flip_rate"] = float(np.mean(batch.outcome != batch.true_outcome))
         if live is not None:
