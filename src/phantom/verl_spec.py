@@ -161,7 +161,7 @@ def _built_model(value: str, root: Path) -> tuple[str, str, str] | None:
         profile = value.partition(":")[2] or "lab"
         artifacts = (root / os.environ.get("PHANTOM_ARTIFACTS", "artifacts")).resolve()
         model = ensure_sft_model(profile, root=artifacts)
-        data = artifacts / "data" / f"lab-{profile}"
+        data = artifacts / "data" / f"lab-{Path(model).name}"  # keyed by the checkpoint, so by its task
         if not (data / "test.parquet").is_file():
             build_lab(data, profile=profile)
         return str(model), str(data / "train.parquet"), str(data / "test.parquet")
