@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -675,7 +676,7 @@ def _book_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="vendor JS, run the lab sweeps chapters need, execute chapters, build HTML")
     b.add_argument("--profile", choices=PROFILES, default="full",
                    help="lab profile: full (make book) or quick (fewer lab steps and seeds; make test)")
-    b.add_argument("--jobs", type=int, default=2, help="parallel lab runs (2 cores: 2)")
+    b.add_argument("--jobs", type=int, default=2, help="parallel lab runs and chapter kernels (2 cores: 2)")
     b.add_argument("--out", default=None,
                    help="output root: the site goes to OUT/_build/html (default: the repository root)")
     b.add_argument("--force", action="store_true", help="re-execute every chapter and rebuild every page")
@@ -718,12 +719,18 @@ def book_main(argv: Sequence[str] | None = None) -> int:
 
         t = time.perf_counter()
         targets = _stage(root, stage, chapters)
-        executed = 0
-        for ch, target in targets.items():
+
+        def run(item: tuple[Chapter, Path]) -> ExecResult:
+            ch, target = item
             params = {"profile": args.profile} if "profile" in ch.parameters() else {}
             res = execute_chapter(ch, target, params, root=root, profile=args.profile, force=args.force)
-            executed += not res.cached
             _log(f"{ch.stem}: {'cached' if res.cached else f'executed in {res.seconds:.1f} s'}")
+            return res
+
+        # each chapter's kernel is its own process: two at a time use both cores
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            results = list(pool.map(run, targets.items()))
+        executed = sum(not r.cached for r in results)
         timings["chapters"] = time.perf_counter() - t
     except (ChapterError, LabMissing, RuntimeError, FileNotFoundError, ValueError) as exc:
         print(f"phantom book: {exc}", file=sys.stderr)
