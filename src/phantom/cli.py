@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 #: command -> ("module:function", one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -28,6 +29,19 @@ def _usage() -> str:
     lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
     lines += ["", "Run `phantom COMMAND --help` for a command's options."]
     return "\n".join(lines)
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """``--set key=value`` arguments (values parsed as YAML) of `phantom lab run` and `phantom verl`."""
+    import yaml
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r} is invalid; allowed: key=value (value parsed as YAML)")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

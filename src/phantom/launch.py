@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from phantom.advantages import GateStats
+from phantom.cli import parse_sets
 from phantom.runs import RunConflict, RunDir, RunInUse, read_metrics, runs_root, spec_hash
 from phantom.verl_spec import VerlSpec, compose, load_preset, make_spec, presets, to_overrides
 
@@ -318,18 +319,6 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
     return run
 
 
-def _parse_sets(items: list[str]) -> dict[str, Any]:
-    import yaml
-
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--set {item!r}: expected key=value")
-        key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="phantom verl", description="real verl 0.9.1 runs (CPU here, GPU for users)")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -350,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{p}: {json.dumps(load_preset(p))}")
         return 0
     try:
-        spec = make_spec(args.preset, **_parse_sets(args.set))
+        spec = make_spec(args.preset, **parse_sets(args.set))
         if args.cmd == "overrides":
             name = args.name or default_name(spec)
             run_path = runs_root(args.runs_dir) / name

@@ -15,21 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
-import yaml
+from phantom.cli import parse_sets
 
 __all__ = ["main"]
-
-
-def _kv(items: list[str]) -> dict[str, Any]:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--set {item!r} is invalid; allowed: key=value (value parsed as YAML)")
-        k, v = item.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
-    return out
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -121,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
             spec = ArmSpec.from_dict({"arm": args.arm, "estimator": args.estimator, "kind": args.kind,
                                       "lam": args.lam, "seed": args.seed, "steps": args.steps,
-                                      "model": args.model, **_kv(args.sets)})
+                                      "model": args.model, **parse_sets(args.sets)})
             run = run_arm(spec, name=args.name, root=args.runs_dir)
             print(run.path)
             print(json.dumps(run.manifest().get("summary"), indent=2))
