@@ -33,7 +33,7 @@ from typing import Any
 
 from phantom.advantages import GateStats
 from phantom.cli import parse_sets
-from phantom.runs import RunConflict, RunDir, RunInUse, read_metrics, runs_root, spec_hash
+from phantom.runs import RunConflict, RunDir, RunInUse, pid_alive, read_metrics, runs_root, spec_hash
 from phantom.verl_spec import VerlSpec, compose, load_preset, make_spec, presets, to_overrides
 
 __all__ = ["launch", "preflight", "run_env", "command", "gate_metrics", "read_run_metrics", "main"]
@@ -225,16 +225,6 @@ def _progress(run: RunDir, proc: subprocess.Popen, spec: VerlSpec, show: bool, t
     bar.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _stop(proc: subprocess.Popen) -> None:
     """Stop verl and everything it started: it runs in its own process group (Ray's raylet, GCS, workers)."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
@@ -266,7 +256,7 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
     run = RunDir(runs_root(runs_dir) / name)
     spec_dict = spec.to_dict()
     child = run.manifest().get("child_pid")
-    if run.status == "running" and isinstance(child, int) and _alive(child):
+    if run.status == "running" and isinstance(child, int) and pid_alive(child):
         raise RunInUse(f"run {run.path} is still being written by verl (pid {child}) although its launcher is gone; "
                        "stop that process or wait for it")
     if run.check_startable(spec_dict):  # RunInUse for a live run, RunConflict for another spec

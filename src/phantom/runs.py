@@ -36,6 +36,7 @@ __all__ = [
     "package_versions",
     "git_commit",
     "write_json_atomic",
+    "pid_alive",
 ]
 
 STATUSES = ("running", "done", "failed")
@@ -104,9 +105,8 @@ def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
         return None
 
 
-def _pid_alive(pid: Any, host: Any) -> bool:
-    if host != socket.gethostname() or not isinstance(pid, int):
-        return True  # cannot tell for another host: assume alive, be safe
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host exists (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -114,6 +114,12 @@ def _pid_alive(pid: Any, host: Any) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _pid_alive(pid: Any, host: Any) -> bool:
+    if host != socket.gethostname() or not isinstance(pid, int):
+        return True  # cannot tell for another host: assume alive, be safe
+    return pid_alive(pid)
 
 
 @dataclass(frozen=True)
