@@ -454,6 +454,12 @@ def _copy_if_changed(src: Path, dst: Path) -> bool:
     return True
 
 
+def chapter_env(root: Path, profile: str, runs: Path) -> dict[str, str]:
+    """What a chapter's kernel sees: offline figures on, and the repository, profile and runs folder."""
+    return {ENV_BOOK: "1", ENV_ROOT: str(root), ENV_PROFILE: profile, ENV_RUNS: str(runs),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+
+
 def execute_chapter(chapter: Chapter, out: Path, params: Mapping[str, Any] | None = None, *,
                     root: Path | None = None, profile: str = "full", runs: Path | None = None,
                     force: bool = False) -> ExecResult:
@@ -484,8 +490,7 @@ def execute_chapter(chapter: Chapter, out: Path, params: Mapping[str, Any] | Non
     parameters_of(nb, where=str(chapter.path))  # fail early on a malformed parameters cell
     cache.mkdir(parents=True, exist_ok=True)
     tmp = cache / f".{chapter.stem}.{os.getpid()}.running.ipynb"
-    env = {ENV_BOOK: "1", ENV_ROOT: str(root), ENV_PROFILE: profile, ENV_RUNS: str(runs),
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    env = chapter_env(root, profile, runs)
     _log(f"executing {chapter.stem} {params or ''}".rstrip())
     try:
         with _environ(env):
@@ -727,8 +732,13 @@ def book_main(argv: Sequence[str] | None = None) -> int:
             _log(f"{ch.stem}: {'cached' if res.cached else f'executed in {res.seconds:.1f} s'}")
             return res
 
-        # each chapter's kernel is its own process: two at a time use both cores
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        # each chapter's kernel is its own process: two at a time use both cores. The kernels inherit
+        # os.environ, so the environment is set once around the pool (every chapter gets the same);
+        # a per-chapter set-and-restore would race between the threads.
+        from phantom.runs import runs_root
+
+        with _environ(chapter_env(root, args.profile, runs_root())), \
+                concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             results = list(pool.map(run, targets.items()))
         executed = sum(not r.cached for r in results)
         timings["chapters"] = time.perf_counter() - t
