@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +97,25 @@ def test_stale_running_cell_is_rerun(env):
     run.update(pid=dead.pid)  # a run whose process is gone
     out = run_sweep(path, profile="quick", runs_root=runs, jobs=2, progress=False)
     assert all(r.done for r in out)
+
+
+def test_cell_whose_kernel_never_started_is_relaunched(env, monkeypatch):
+    """Two kernels started at once can draw the same TCP port; the cell is started again, not failed.
+
+    The first launch of every cell is replaced by a process that exits 1 after papermill's real log
+    of such a clash (tests/fixtures/lab/kernel_port_clash.log, recorded in a `make test` run)."""
+    path, runs = env
+    clash = (Path(__file__).parent / "fixtures" / "lab" / "kernel_port_clash.log").read_text()
+    real, first = sweep_mod._launch, []
+
+    def launch(cell, sweep_name, nb_in, root):
+        if cell.name in first:
+            return real(cell, sweep_name, nb_in, root)
+        first.append(cell.name)
+        log = root / sweep_mod._NB_DIR / f"{cell.name}.log"
+        log.write_text(clash)
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"]), log, log.open("a")
+
+    monkeypatch.setattr(sweep_mod, "_launch", launch)
+    out = run_sweep(path, profile="quick", runs_root=runs, jobs=2, progress=False)
+    assert len(first) == len(out) and all(r.done for r in out)

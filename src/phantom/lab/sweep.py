@@ -148,6 +148,18 @@ def _launch(cell: Cell, sweep_name: str, nb_in: Path, root: Path) -> tuple[subpr
     return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env), log, fh
 
 
+_START_RETRIES = 2  # relaunches of a cell whose kernel died before the arm started
+
+
+def _kernel_failed_to_start(log: Path) -> bool:
+    """papermill's log says the kernel never came up (not that the notebook failed)."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return False
+    return "Kernel died before replying to kernel_info" in text or "Address already in use" in text
+
+
 def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
               runs_root: str | os.PathLike[str] | None = None, jobs: int = 2, progress: bool = True,
               dry_run: bool = False) -> list[RunDir]:
@@ -183,6 +195,7 @@ def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
     (root / _NB_DIR).mkdir(parents=True, exist_ok=True)
     nb_in = _materialize_notebook(root / _NB_DIR)
     failures: list[str] = []
+    retries: dict[str, int] = {}
     pending = list(todo)
     active: list[tuple[Cell, subprocess.Popen, Path, Any]] = []
     bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc=f"sweep {sweep_name}/{profile}",
@@ -204,6 +217,13 @@ def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
                     shutil.move(str(root / _NB_DIR / f"{cell.name}.ipynb"), run.path / "lab_arm.ipynb")
                     shutil.move(str(log), run.stdout_path)
                     (root / _NB_DIR / f"{cell.name}.params.yaml").unlink(missing_ok=True)
+                elif (run.status is None and retries.get(cell.name, 0) < _START_RETRIES
+                      and _kernel_failed_to_start(log)):
+                    # died before the arm wrote anything: typically two kernels started at once and
+                    # drew the same TCP port (jupyter_client picks ports per process). Start it again.
+                    retries[cell.name] = retries.get(cell.name, 0) + 1
+                    pending.insert(0, cell)
+                    continue
                 else:
                     failures.append(f"{cell.name}: exit {proc.returncode}, status {run.status}; log {log}")
                 bar.update(1)
