@@ -11,21 +11,19 @@ import pandas as pd
 import pytest
 
 from phantom import book
-from phantom.book import (
+from phantom.book import build
+from phantom.book.build import LabMissing
+from phantom.book.chapters import (
     Chapter,
-    ChapterError,
-    LabMissing,
-    cache_key,
     coerce_parameters,
     find_chapters,
     parameters_of,
     parse_value,
-    phantom_modules,
-    postprocess,
-    reported_label,
     resolve_chapter,
     toc_files,
 )
+from phantom.book.execute import ChapterError, cache_key, execute_chapter, phantom_modules, postprocess
+from phantom.book.paper import reported_label
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = """---
@@ -199,8 +197,8 @@ def test_cache_key_follows_run_folders_only_when_the_chapter_reads_runs(tmp_path
 def test_phantom_modules_follow_imports_transitively_but_not_book_plumbing():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("from phantom.advantages import group_advantages\n%time x")])
     names = {p.name for p in phantom_modules(nb)}
-    assert {"advantages.py", "figures.py", "book.py", "__init__.py"} <= names
-    assert not any("lab" in p.parts for p in phantom_modules(nb)), "book.py's lazy lab import must not count"
+    assert {"advantages.py", "figures.py", "execute.py", "chapters.py", "__init__.py"} <= names
+    assert not any("lab" in p.parts for p in phantom_modules(nb)), "the book build's lazy lab import must not count"
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,16 +244,16 @@ def test_reported_label():
 # CLI contract (no kernels started)
 # --------------------------------------------------------------------------------------------
 def test_chapter_cli_rejects_bad_input_with_exit_code_2(capsys):
-    assert book.chapter_main(["run", "no_such_chapter"]) == 2
+    assert build.chapter_main(["run", "no_such_chapter"]) == 2
     assert "allowed:" in capsys.readouterr().err
-    assert book.chapter_main(["run", "phantom_advantage", "-p", "nope", "1"]) == 2
+    assert build.chapter_main(["run", "phantom_advantage", "-p", "nope", "1"]) == 2
     assert "'nope' is unknown" in capsys.readouterr().err
-    assert book.chapter_main(["run", "phantom_advantage", "-p", "lam", "abc"]) == 2
-    assert book.chapter_main(["run", "phantom_advantage", "-o", "x.html"]) == 2
+    assert build.chapter_main(["run", "phantom_advantage", "-p", "lam", "abc"]) == 2
+    assert build.chapter_main(["run", "phantom_advantage", "-o", "x.html"]) == 2
 
 
 def test_chapter_cli_lists_chapters(capsys):
-    assert book.chapter_main(["list"]) == 0
+    assert build.chapter_main(["list"]) == 0
     out = capsys.readouterr().out
     assert "phantom_advantage" in out and "lam=0.3" in out
 
@@ -263,8 +261,8 @@ def test_chapter_cli_lists_chapters(capsys):
 def test_book_build_fails_loudly_when_a_chapter_needs_the_missing_lab(monkeypatch):
     monkeypatch.setitem(sys.modules, "phantom.lab.sweep", None)  # makes the import raise ImportError
     with pytest.raises(LabMissing, match="needs? lab sweeps 'paper'|lab sweeps paper"):
-        book._run_lab_sweeps({"paper": ["04_collapse_cpu"]}, "quick", 2)
-    book._run_lab_sweeps({}, "quick", 2)  # nothing needed: nothing imported
+        build._run_lab_sweeps({"paper": ["04_collapse_cpu"]}, "quick", 2)
+    build._run_lab_sweeps({}, "quick", 2)  # nothing needed: nothing imported
 
 
 def test_book_build_reports_a_failed_sweep(monkeypatch):
@@ -275,11 +273,11 @@ def test_book_build_reports_a_failed_sweep(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "phantom.lab.sweep", types.SimpleNamespace(run_sweep=run_sweep))
     with pytest.raises(RuntimeError, match="lab sweep 'paper' .* failed: cell 3 failed"):
-        book._run_lab_sweeps({"paper": ["04_collapse_cpu"]}, "quick", 2)
+        build._run_lab_sweeps({"paper": ["04_collapse_cpu"]}, "quick", 2)
 
 
 def test_book_build_rejects_bad_jobs(capsys):
-    assert book.book_main(["build", "--jobs", "0"]) == 2
+    assert build.book_main(["build", "--jobs", "0"]) == 2
 
 
 def test_execute_chapter_reports_the_failing_cell(tmp_path):
@@ -288,5 +286,5 @@ def test_execute_chapter_reports_the_failing_cell(tmp_path):
     src.write_text(src.read_text() + '\n```{code-cell} ipython3\nraise RuntimeError("boom in chapter")\n```\n')
     out = tmp_path / "out" / "01_alpha.ipynb"
     with pytest.raises(ChapterError, match="boom in chapter"):
-        book.execute_chapter(Chapter(src), out, root=root, runs=tmp_path / "runs")
+        execute_chapter(Chapter(src), out, root=root, runs=tmp_path / "runs")
     assert not out.exists() and (tmp_path / "out" / "01_alpha.failed.ipynb").is_file()

@@ -47,7 +47,7 @@ def built_book() -> Path:
 
 
 def _toc_pages() -> list[str]:
-    from phantom.book import toc_files
+    from phantom.book.chapters import toc_files
 
     return [f"{entry}.html" for entry in toc_files(ROOT)]
 

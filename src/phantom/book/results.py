@@ -41,7 +41,7 @@ def resolve_profile(profile: str = "") -> str:
 
 def resolve_runs(runs_root: str | os.PathLike[str] = "") -> Path:
     """The runs folder: ``runs_root`` (relative to the repository root), else ``$PHANTOM_RUNS``, else ``runs/``."""
-    from phantom.book import repo_root
+    from phantom.book.chapters import repo_root
 
     if runs_root:
         p = Path(runs_root)
@@ -211,7 +211,7 @@ def reported(experiment: str, metric: str, *, root: Path | None = None, **fields
 
     With several matching rows (per-run values and a pooled row) the pooled row (with ``sd``) wins.
     """
-    from phantom.book import paper_reported
+    from phantom.book.paper import paper_reported
 
     df = paper_reported(root, experiment=experiment, metric=metric)
     for key, want in fields.items():

@@ -1,0 +1,295 @@
+"""Execute one chapter with papermill, behind a content-addressed cache.
+
+Jupyter Book renders the chapters with ``execute_notebooks: "off"``, so execution happens here,
+where papermill can inject parameters and where a content hash lets an unchanged chapter skip its
+kernel entirely. The hash covers what determines the executed notebook: the source, the
+parameters, the phantom modules the chapter imports (followed transitively), the inputs its front
+matter declares, finished run folders when it reads runs, and library versions.
+
+Cache layout: ``_build/.cache/chapters/<stem>-<hash>.ipynb`` (shared by every output root).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phantom.book.chapters import ENV_BOOK, ENV_PROFILE, ENV_ROOT, ENV_RUNS, Chapter, parameters_of, repo_root
+
+__all__ = ["ChapterError", "ExecResult", "cache_key", "phantom_modules", "postprocess", "chapter_env",
+           "execute_chapter", "environ", "copy_if_changed", "log"]
+
+_CACHE_VERSION = "phantom-book-1"
+_KEEP_PER_CHAPTER = 4  # executed copies kept per chapter in the content-addressed cache
+#: The phantom package's source root (``src/phantom``).
+_PKG = Path(__file__).resolve().parents[1]
+#: Book plumbing whose own (lazy) imports are not chapter content: the lab sweep a build starts
+#: does not change what an executed chapter shows.
+_PLUMBING = frozenset({__name__, "phantom.book.build"})
+
+
+class ChapterError(RuntimeError):
+    """A chapter failed to execute (the message names the chapter and the failing cell)."""
+
+
+def log(msg: str) -> None:
+    print(f"[phantom book] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Cache key: source + parameters + everything the chapter reads
+# --------------------------------------------------------------------------------------------
+def _hash_file(h: Any, path: Path, label: str) -> None:
+    h.update(label.encode() + b"\0")
+    h.update(path.read_bytes() if path.is_file() else b"<missing>")
+    h.update(b"\0")
+
+
+def _run_folders(runs: Path) -> Iterator[Path]:
+    if runs.is_dir():
+        for manifest in sorted(runs.glob("**/manifest.json")):
+            yield manifest.parent
+
+
+def _module_file(name: str) -> Path | None:
+    """``phantom.x.y`` -> its source file inside this installed package (None if not phantom's)."""
+    parts = name.split(".")
+    if parts[0] != "phantom":
+        return None
+    base = _PKG.joinpath(*parts[1:])
+    for cand in (base.with_suffix(".py"), base / "__init__.py"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _imported(source: str, module: str | None) -> set[str]:
+    """Absolute module names a piece of code imports (relative imports resolved against ``module``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython magics and the like: such a cell imports nothing we can see
+        return set()
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level and module:
+                pkg = module.split(".")
+                path = _module_file(module)
+                if path is None or path.name != "__init__.py":
+                    pkg = pkg[:-1]  # a plain module: "." is its package
+                pkg = pkg[: len(pkg) - (node.level - 1)]
+                base = ".".join(pkg + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)  # `from phantom import figures`
+    return out
+
+
+def phantom_modules(nb: Any) -> set[Path]:
+    """Source files of every phantom module a notebook imports, followed transitively.
+
+    The cache key hashes these, so editing the CPU lab does not re-execute a chapter that only
+    does arithmetic with :mod:`phantom.advantages`, while editing that module does.
+    """
+    todo = set()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            src = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+            todo |= _imported(src, None)
+    todo |= {"phantom", "phantom.book", "phantom.figures", __name__}
+    seen: dict[str, Path] = {}
+    while todo:
+        name = todo.pop()
+        if name in seen or not name.startswith("phantom"):
+            continue
+        path = _module_file(name)
+        if path is None:
+            continue
+        seen[name] = path
+        if name not in _PLUMBING:
+            todo |= _imported(path.read_text(), name)
+        parent = name.rpartition(".")[0]
+        if parent:
+            todo.add(parent)  # importing phantom.a.b runs phantom/a/__init__.py
+    return set(seen.values())
+
+
+def cache_key(chapter: Chapter, params: Mapping[str, Any], *, root: Path, runs: Path | None = None) -> str:
+    """Content hash of what determines a chapter's executed notebook.
+
+    Covers the chapter source, the parameters, the phantom package's source (chapters compute with
+    it), the inputs the chapter declares, the finished run folders when it reads runs, and the
+    versions of the libraries that shape its outputs.
+    """
+    from importlib import metadata
+
+    h = hashlib.sha256(_CACHE_VERSION.encode())
+    _hash_file(h, chapter.path, "source")
+    h.update(json.dumps(dict(params), sort_keys=True, default=repr).encode())
+    nb = chapter.notebook()
+    for py in sorted(phantom_modules(nb)):
+        _hash_file(h, py, str(py.relative_to(_PKG)))
+    meta = dict(nb.metadata.get("phantom") or {})
+    for pattern in meta.get("inputs", []) or []:
+        matches = sorted(root.glob(pattern))
+        if not matches:
+            h.update(f"missing:{pattern}".encode())
+        for path in matches:
+            _hash_file(h, path, str(path.relative_to(root)))
+    if meta.get("reads_runs") or meta.get("lab_sweep"):
+        from phantom.runs import runs_root
+
+        base = runs or runs_root()
+        for run in _run_folders(base):
+            _hash_file(h, run / "manifest.json", f"run:{run.relative_to(base)}")
+            _hash_file(h, run / "metrics.jsonl", f"metrics:{run.relative_to(base)}")
+    for dist in ("plotly", "pandas", "numpy", "torch", "papermill", "jupytext"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            h.update(f"{dist}={metadata.version(dist)};".encode())
+    h.update(sys.version.split()[0].encode())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# Executing one chapter
+# --------------------------------------------------------------------------------------------
+@dataclass
+class ExecResult:
+    chapter: str
+    path: Path
+    cached: bool
+    seconds: float
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the kernel papermill starts (it inherits ours), then restore."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _add_tags(cell: Any, *tags: str) -> None:
+    have = list(cell.metadata.get("tags", []))
+    cell.metadata["tags"] = have + [t for t in tags if t not in have]
+
+
+def postprocess(nb: Any) -> Any:
+    """Hide papermill's plumbing and drop widget state no visible cell needs.
+
+    The injected-parameters cell gets ``hide-input`` (the reader can unfold it to see what differed
+    from the defaults). Widget state makes myst-nb load the 3.6 MB widget manager on the page, so it
+    is kept only when a cell that the book shows still has a widget view.
+    """
+    visible_widget = False
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags", [])
+        if "injected-parameters" in tags:
+            _add_tags(cell, "hide-input")
+        if cell.cell_type == "code" and not {"remove-cell", "remove-output"} & set(tags):
+            for out in cell.get("outputs", []):
+                if "application/vnd.jupyter.widget-view+json" in out.get("data", {}):
+                    visible_widget = True
+    if not visible_widget:
+        nb.metadata.pop("widgets", None)
+    return nb
+
+
+def _cache_dir(root: Path) -> Path:
+    return root / "_build" / ".cache" / "chapters"
+
+
+def _prune(cache: Path, stem: str, keep: Path) -> None:
+    olds = sorted((p for p in cache.glob(f"{stem}-*.ipynb") if p != keep), key=lambda p: p.stat().st_mtime)
+    for p in olds[: max(0, len(olds) - (_KEEP_PER_CHAPTER - 1))]:
+        p.unlink(missing_ok=True)
+
+
+def copy_if_changed(src: Path, dst: Path) -> bool:
+    """Copy only when the bytes differ, so Sphinx sees an unchanged mtime and skips the page."""
+    if dst.is_file() and dst.read_bytes() == src.read_bytes():
+        return False
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+    return True
+
+
+def chapter_env(root: Path, profile: str, runs: Path) -> dict[str, str]:
+    """What a chapter's kernel sees: offline figures on, and the repository, profile and runs folder."""
+    return {ENV_BOOK: "1", ENV_ROOT: str(root), ENV_PROFILE: profile, ENV_RUNS: str(runs),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+
+
+def execute_chapter(chapter: Chapter, out: Path, params: Mapping[str, Any] | None = None, *,
+                    root: Path | None = None, profile: str = "full", runs: Path | None = None,
+                    force: bool = False) -> ExecResult:
+    """Execute a chapter with papermill into ``out`` (``.ipynb``), reusing a cached run when possible.
+
+    The kernel runs with the chapter's folder as working directory and with ``PHANTOM_BOOK=1`` (the
+    figures emit offline HTML), ``PHANTOM_ROOT``, ``PHANTOM_PROFILE`` and ``PHANTOM_RUNS`` set.
+    A failed execution raises :class:`ChapterError`; the partial notebook is kept next to ``out`` as
+    ``<name>.failed.ipynb`` for inspection, and ``out`` is left untouched.
+    """
+    import nbformat
+    import papermill
+
+    from phantom.runs import runs_root
+
+    root = root or repo_root()
+    runs = runs or runs_root()
+    params = dict(params or {})
+    start = time.perf_counter()
+    key = cache_key(chapter, params, root=root, runs=runs)
+    cache = _cache_dir(root)
+    cached = cache / f"{chapter.stem}-{key[:16]}.ipynb"
+    if cached.is_file() and not force:
+        copy_if_changed(cached, out)
+        return ExecResult(chapter.stem, out, True, time.perf_counter() - start, params)
+
+    nb = chapter.notebook()
+    parameters_of(nb, where=str(chapter.path))  # fail early on a malformed parameters cell
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f".{chapter.stem}.{os.getpid()}.running.ipynb"
+    env = chapter_env(root, profile, runs)
+    log(f"executing {chapter.stem} {params or ''}".rstrip())
+    try:
+        with environ(env):
+            papermill.execute_notebook(nb, str(tmp), parameters=params or None, cwd=str(chapter.path.parent),
+                                       kernel_name="python3", progress_bar=False, log_output=False,
+                                       request_save_on_cell_execute=False, start_timeout=120)
+    except Exception as exc:  # papermill raises PapermillExecutionError, nbclient its own timeouts
+        failed = out.with_name(f"{out.stem}.failed.ipynb")
+        if tmp.is_file():
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, failed)
+        detail = str(exc).strip().splitlines()
+        summary = "\n".join(detail[-12:]) if detail else type(exc).__name__
+        raise ChapterError(f"chapter {chapter.stem} failed (partial notebook: {failed}):\n{summary}") from exc
+    result = postprocess(nbformat.read(tmp, as_version=4))
+    nbformat.write(result, tmp)
+    os.replace(tmp, cached)
+    _prune(cache, chapter.stem, cached)
+    copy_if_changed(cached, out)
+    return ExecResult(chapter.stem, out, False, time.perf_counter() - start, params)
