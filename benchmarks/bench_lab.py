@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from phantom.lab.model import train_flops_per_token
-from phantom.lab.rl import Rollouts, Trainer
+from phantom.lab.rl import Trainer
+from phantom.lab.rollouts import Rollouts
 from phantom.lab.sft import ensure_sft_model
 from phantom.lab.spec import ArmSpec
 

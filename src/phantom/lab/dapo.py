@@ -12,14 +12,14 @@ generation batches, the lab trains on the survivors it has (none: the step is sk
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from phantom.advantages import GateStats, group_advantages
-
-if TYPE_CHECKING:
-    from phantom.lab.rl import Rollouts, Trainer
+from phantom.lab.rollouts import Rollouts
+from phantom.lab.spec import ArmSpec
 
 __all__ = ["dapo_collect", "no_contrast_groups"]
 
@@ -35,16 +35,18 @@ def no_contrast_groups(group: np.ndarray, metric: np.ndarray) -> tuple[np.ndarra
     return labels[order], delete[order]
 
 
-def dapo_collect(trainer: Trainer, step: int) -> tuple[Rollouts, np.ndarray, GateStats, dict[str, Any], None]:
-    """The step's training batch assembled by deletion and refill, with its advantages and telemetry."""
-    from phantom.lab.rl import Rollouts
+def dapo_collect(s: ArmSpec, rollout: Callable[..., Rollouts], step: int,
+                 ) -> tuple[Rollouts, np.ndarray, GateStats, dict[str, Any], None]:
+    """The step's training batch assembled by deletion and refill, with its advantages and telemetry.
 
-    s = trainer.spec
+    ``rollout(n_prompts, step, tag=...)`` generates and scores one generation batch (the trainer's
+    own sampler), so this module needs nothing else of the training loop.
+    """
     generated: list[Rollouts] = []
     survivors: list[Rollouts] = []
     n_survivors = evicted = batches = 0
     while batches < s.max_gen_batches and n_survivors < s.prompts:
-        b = trainer.rollout(s.gen_prompts, step, tag=f"g{batches}")
+        b = rollout(s.gen_prompts, step, tag=f"g{batches}")
         batches += 1
         generated.append(b)
         metric = b.score if s.dapo_metric == "score" else b.outcome

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["ModelConfig", "LabQwen2", "LoRALinear", "save_checkpoint", "load_checkpoint", "ensure_sft_model",
+__all__ = ["ModelConfig", "LabQwen2", "LoRALinear", "save_checkpoint", "load_checkpoint",
            "train_flops_per_token"]
 
 
@@ -375,13 +375,6 @@ def load_checkpoint(path: str | Path) -> LabQwen2:
     state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
     model.load_state_dict(state, strict=True)
     return model
-
-
-def ensure_sft_model(profile_or_config: Any = "lab", **kwargs: Any) -> Path:
-    """Path of the SFT warm-start checkpoint, built deterministically if missing (see :mod:`.sft`)."""
-    from phantom.lab.sft import ensure_sft_model as _ensure
-
-    return _ensure(profile_or_config, **kwargs)
 
 
 def config_dict(cfg: ModelConfig) -> dict[str, Any]:

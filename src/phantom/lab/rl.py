@@ -14,14 +14,15 @@ import copy
 import math
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from phantom.advantages import GateStats, group_advantages
+from phantom.lab.dapo import dapo_collect
 from phantom.lab.loss import agg_loss, kl_penalty, policy_loss
+from phantom.lab.rollouts import Rollouts
 from phantom.lab.sft import EvalResult, ensure_sft_model, evaluate, load_sft
 from phantom.lab.spec import ArmSpec
 from phantom.lab.task import DATA_SOURCE, make_split, problem
@@ -33,37 +34,6 @@ __all__ = ["Rollouts", "Trainer", "run_arm", "gated_rows", "VAL_ACC", "VAL_LEN"]
 VAL_ACC = f"val-core/{DATA_SOURCE}/acc/mean@1"
 VAL_LEN = f"val-aux/{DATA_SOURCE}/len_chars/mean@1"
 VAL_SCORE = f"val-aux/{DATA_SOURCE}/score/mean@1"
-
-
-@dataclass
-class Rollouts:
-    """A batch of scored responses, ``rollouts`` consecutive rows per group."""
-
-    prompt_ids: list[list[int]]
-    response_ids: list[list[int]]  # EOS appended where the model emitted it (it is trained on)
-    texts: list[str]
-    group: np.ndarray  # int label per row
-    true_outcome: np.ndarray  # float 0/1
-    outcome: np.ndarray  # what the (possibly noisy) verifier reports
-    score: np.ndarray  # shaped score from the reported outcome
-    chars: np.ndarray
-    ended: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    def select(self, rows: np.ndarray) -> Rollouts:
-        r = [int(i) for i in rows]
-        return Rollouts([self.prompt_ids[i] for i in r], [self.response_ids[i] for i in r],
-                        [self.texts[i] for i in r], self.group[r], self.true_outcome[r], self.outcome[r],
-                        self.score[r], self.chars[r], self.ended[r])
-
-    @staticmethod
-    def concat(parts: list[Rollouts]) -> Rollouts:
-        return Rollouts(sum((p.prompt_ids for p in parts), []), sum((p.response_ids for p in parts), []),
-                        sum((p.texts for p in parts), []), np.concatenate([p.group for p in parts]),
-                        *(np.concatenate([getattr(p, f) for p in parts])
-                          for f in ("true_outcome", "outcome", "score", "chars", "ended")))
 
 
 class Trainer:
@@ -203,9 +173,7 @@ class Trainer:
         """The step's training batch, its advantages, gate stats, extra metrics and live rows."""
         s = self.spec
         if s.sampling == "dapo":
-            from phantom.lab.dapo import dapo_collect
-
-            return dapo_collect(self, step)
+            return dapo_collect(s, self.rollout, step)
         batch = self.rollout(s.prompts, step)
         adv, stats = self.advantages(batch, s.arm)
         live = None

@@ -1,6 +1,6 @@
 """Sweeps: many lab arms, each executed as a real papermill run of ``notebooks/lab_arm.py``.
 
-A sweep file (``src/phantom/sweeps/<name>.yaml``) names a ``base`` spec, ``profiles`` (``full``,
+A sweep file (``src/phantom/lab/sweeps/<name>.yaml``) names a ``base`` spec, ``profiles`` (``full``,
 ``quick``) that override it (``base``; ``seeds``; ``groups``: which groups run; ``set``: per-group
 fields that override the group's own ``set``), and ``groups`` of cells: a ``set`` of
 fixed fields times a ``grid`` of lists (the grid key ``variant`` takes mappings of fields that vary
@@ -50,7 +50,7 @@ class Cell:
 
 
 def _sweep_dir() -> Any:
-    return resources.files("phantom").joinpath("sweeps")
+    return resources.files("phantom.lab").joinpath("sweeps")
 
 
 def list_sweeps() -> list[str]:

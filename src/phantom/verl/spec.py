@@ -4,7 +4,7 @@ A :class:`VerlSpec` names one run in the paper's terms (arm, estimator, lambda, 
 :func:`to_overrides` turns it into the exact ``key=value`` list handed to
 ``python -m verl.trainer.main_ppo``; :func:`compose` builds verl's own config from those overrides
 with Hydra's compose API and runs verl's ``validate_config``, so a typo or an inconsistent batch size
-fails in seconds instead of after Ray has started ~30 processes. Presets (``phantom/presets/*.yaml``)
+fails in seconds instead of after Ray has started ~30 processes. Presets (``phantom/verl/presets/*.yaml``)
 hold the paper's settings; a preset may ``extends:`` another.
 """
 
@@ -24,7 +24,7 @@ import yaml
 
 from phantom import rewards
 from phantom.advantages import GATES
-from phantom.verl_reward import check_reward_kwargs
+from phantom.verl.reward import check_reward_kwargs
 
 __all__ = ["ARMS", "ESTIMATORS", "BACKENDS", "TRAINERS", "DAPO_METRICS", "VerlSpec", "presets", "load_preset",
            "make_spec", "to_overrides", "compose", "TINY_MODEL", "tiny_root"]
@@ -101,14 +101,14 @@ class VerlSpec:
 
 def presets() -> list[str]:
     """Names of the shipped presets."""
-    return sorted(p.name[:-5] for p in resources.files("phantom").joinpath("presets").iterdir() if p.name.endswith(".yaml"))
+    return sorted(p.name[:-5] for p in resources.files("phantom.verl").joinpath("presets").iterdir() if p.name.endswith(".yaml"))
 
 
 def load_preset(name: str) -> dict[str, Any]:
     """A preset's fields, with ``extends:`` chains merged (the child wins)."""
     if name not in presets():
         raise ValueError(f"preset={name!r} is unknown; allowed: {', '.join(presets())}")
-    data = yaml.safe_load(resources.files("phantom").joinpath("presets", f"{name}.yaml").read_text()) or {}
+    data = yaml.safe_load(resources.files("phantom.verl").joinpath("presets", f"{name}.yaml").read_text()) or {}
     parent = data.pop("extends", None)
     data.pop("description", None)
     return {**(load_preset(parent) if parent else {}), **data}
@@ -145,18 +145,18 @@ def _files(name: str, value: Any, base: Path) -> tuple[str, ...]:
 def _built_model(value: str, root: Path) -> tuple[str, str, str] | None:
     """(model, train, test) for the project's locally built models, else None.
 
-    ``tiny``: a random Qwen2 with addition data (:mod:`phantom.verl_cpu.assets`). ``lab`` or
-    ``lab:<profile>``: the CPU lab's SFT checkpoint (``phantom.lab.model.ensure_sft_model``, trained on
-    first use) and its task in verl form (``phantom.data.build_lab``).
+    ``tiny``: a random Qwen2 with addition data (:mod:`phantom.verl.cpu.assets`). ``lab`` or
+    ``lab:<profile>``: the CPU lab's SFT checkpoint (``phantom.lab.sft.ensure_sft_model``, trained on
+    first use) and its task in verl form (``phantom.verl.data.build_lab``).
     """
     if value == TINY_MODEL:
-        from phantom.verl_cpu.assets import ensure_tiny
+        from phantom.verl.cpu.assets import ensure_tiny
 
         tiny = ensure_tiny(tiny_root(root))
         return str(tiny["model"]), str(tiny["train"]), str(tiny["test"])
     if value == "lab" or value.startswith("lab:"):
-        from phantom.data import build_lab
-        from phantom.lab.model import ensure_sft_model
+        from phantom.lab.sft import ensure_sft_model
+        from phantom.verl.data import build_lab
 
         profile = value.partition(":")[2] or "lab"
         artifacts = (root / os.environ.get("PHANTOM_ARTIFACTS", "artifacts")).resolve()
@@ -276,7 +276,7 @@ def to_overrides(spec: VerlSpec, run_dir: str | os.PathLike[str], name: str) -> 
         f"{a}.optim.lr={spec.lr}", f"{a}.ppo_mini_batch_size={b}",  # one on-policy update per step
         f"{a}.use_kl_loss={use_kl}", f"{a}.kl_loss_coef={spec.kl_loss_coef}",
         f"{r}.n={n}", f"{r}.temperature={spec.temperature}", f"{r}.seed={spec.seed}",
-        f"{rw}.path=pkg://phantom.verl_reward", f"{rw}.name=compute_score",
+        f"{rw}.path=pkg://phantom.verl.reward", f"{rw}.name=compute_score",
         *(f"+{rw}.reward_kwargs.{k}={v}" for k, v in spec.reward_kwargs.items()),
         f"{t}.logger=[console,file]", f"{t}.project_name=phantom", f"{t}.experiment_name={name}",
         f"{t}.total_training_steps={spec.steps}", f"{t}.test_freq={spec.val_freq}",

@@ -7,7 +7,7 @@ agent loop needs a Qwen-style tokenizer: ``<|im_end|>`` as EOS and ``"\\n"`` as 
 
 The data is a small addition task in verl's row schema (``data_source="phantom_arith"``, scored by
 the numeric checker). A random model almost never solves it; the point is the plumbing, not learning.
-The lab's SFT-trained model (``phantom.lab.model.ensure_sft_model``) is the one that learns.
+The lab's SFT-trained model (``phantom.lab.sft.ensure_sft_model``) is the one that learns.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from phantom.data import verl_row, write_parquet
+from phantom.verl.data import verl_row, write_parquet
 
 __all__ = ["TinySpec", "build_tiny", "ensure_tiny", "SPECIALS", "CHAT_TEMPLATE", "DATA_SOURCE"]
 
