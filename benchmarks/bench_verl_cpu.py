@@ -1,6 +1,6 @@
 """Benchmark: verl 0.9.1's real trainer on CPU, batched vs one-request-at-a-time ``hf`` rollout server.
 
-Runs the same GRPO spec twice through ``phantom.launch`` (32 prompts x 5 rollouts per step, the
+Runs the same GRPO spec twice through ``phantom.verl.launch`` (32 prompts x 5 rollouts per step, the
 paper's shape, with the CPU lab's SFT model and task), once with the batching server
 (``rollout.max_num_seqs=1024``) and once forced to one request at a time (``max_num_seqs=1``, the
 baseline). Reported per run:
@@ -31,9 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from phantom.launch import launch
 from phantom.runs import read_metrics
-from phantom.verl_spec import make_spec
+from phantom.verl.launch import launch
+from phantom.verl.spec import make_spec
 
 
 def ray_startup_seconds(repeats: int = 2) -> float:

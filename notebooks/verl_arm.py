@@ -15,7 +15,7 @@
 # # One arm on verl's real trainer
 #
 # This notebook launches **one** run of `python -m verl.trainer.main_ppo` (verl 0.9.1) through
-# `phantom.launch`, follows it step by step, and plots its curves from the run's `metrics.jsonl`.
+# `phantom.verl.launch`, follows it step by step, and plots its curves from the run's `metrics.jsonl`.
 # Run it with papermill to sweep arms, lambdas and seeds: every run gets its own folder
 # `runs/<name>/`, and a finished run with the same spec is reused instead of re-run, so a
 # sweep that stopped half-way resumes where it stopped.
@@ -55,8 +55,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from phantom import figures
-from phantom.launch import launch, read_run_metrics
-from phantom.verl_spec import make_spec
+from phantom.verl.launch import launch, read_run_metrics
+from phantom.verl.spec import make_spec
 
 figures.setup()
 fields = dict(backend=backend, arm=arm, estimator=estimator, lam=lam, steps=steps, dapo=dapo,

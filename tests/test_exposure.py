@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from phantom.exposure import RolloutError, exposure, load_rollouts, main, refill_estimate
+from phantom.audit.exposure import RolloutError, exposure, load_rollouts, main, refill_estimate
 from phantom.rewards import length_short
 
 FIX = Path(__file__).parent / "fixtures" / "audit"

@@ -1,4 +1,4 @@
-"""phantom.lab_book: sweep cells with missing runs, curves, endpoints and the paper's numbers."""
+"""phantom.book.results: sweep cells with missing runs, curves, endpoints and the paper's numbers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from phantom import lab_book as lb
+from phantom.book import results as lb
 from phantom.lab.sweep import expand, load_sweep
 from phantom.runs import RunDir
 

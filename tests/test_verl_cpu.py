@@ -1,4 +1,4 @@
-"""phantom.verl_cpu without Ray: the batched generator, the batching server, the platform, the assets."""
+"""phantom.verl.cpu without Ray: the batched generator, the batching server, the platform, the assets."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import torch
 
 pytest.importorskip("verl.workers.rollout.replica")
 
-from phantom.verl_cpu.assets import ensure_tiny  # noqa: E402
-from phantom.verl_cpu.platform import dedupe_backend  # noqa: E402
-from phantom.verl_cpu.rollout import BatchGenerator, HFServer, Request  # noqa: E402
-from phantom.verl_spec import tiny_root  # noqa: E402
+from phantom.verl.cpu.assets import ensure_tiny  # noqa: E402
+from phantom.verl.cpu.platform import dedupe_backend  # noqa: E402
+from phantom.verl.cpu.rollout import BatchGenerator, HFServer, Request  # noqa: E402
+from phantom.verl.spec import tiny_root  # noqa: E402
 
 
 @pytest.fixture(scope="module")

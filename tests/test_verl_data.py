@@ -1,12 +1,12 @@
-"""phantom.data: GSM8K / MATH parquet from local fixtures in the Hub schema (no network), the lab task."""
+"""phantom.verl.data: GSM8K / MATH parquet from local fixtures in the Hub schema (no network), the lab task."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from phantom.data import GSM8K_INSTRUCTION, MATH, build_gsm8k, build_math, lab_rows, main
-from phantom.verl_reward import compute_score
+from phantom.verl.data import GSM8K_INSTRUCTION, MATH, build_gsm8k, build_math, lab_rows, main
+from phantom.verl.reward import compute_score
 
 pytest.importorskip("verl.utils.reward_score.math_reward")
 
@@ -53,8 +53,8 @@ def test_gsm8k_rows_in_verl_schema(gsm8k_source, tmp_path):
 
 
 def test_math_split_is_500_at_seed_42_minus_overlong(math_source, tmp_path):
-    from phantom.verl_cpu.assets import ensure_tiny
-    from phantom.verl_spec import tiny_root
+    from phantom.verl.cpu.assets import ensure_tiny
+    from phantom.verl.spec import tiny_root
 
     tok = ensure_tiny(tiny_root())["model"]  # a local tokenizer: no download in tests
     paths = build_math(tmp_path / "out", source=str(math_source), tokenizer=str(tok), max_prompt_length=300)
@@ -100,7 +100,7 @@ def test_lab_rows_use_the_strict_checker():
 
 def test_lab_task_in_verl_form(tmp_path):
     task = pytest.importorskip("phantom.lab.task", reason="the CPU lab (phantom.lab.task) is not built yet")
-    from phantom.data import build_lab
+    from phantom.verl.data import build_lab
 
     paths = build_lab(tmp_path, n_train=8, n_test=4)
     df = pd.read_parquet(paths["train"])

@@ -14,9 +14,9 @@ import pytest
 pytest.importorskip("verl.trainer.ppo.ray_trainer")
 pytest.importorskip("transfer_queue")
 
-from phantom.launch import launch, read_run_metrics  # noqa: E402
 from phantom.runs import RunDir, read_metrics  # noqa: E402
-from phantom.verl_spec import make_spec  # noqa: E402
+from phantom.verl.launch import launch, read_run_metrics  # noqa: E402
+from phantom.verl.spec import make_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.timeout(900)]

@@ -1,4 +1,4 @@
-"""phantom.verl_spec / phantom.launch without Ray: presets, overrides, verl's composed config, bad input."""
+"""phantom.verl.spec / phantom.verl.launch without Ray: presets, overrides, verl's composed config, bad input."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ import pytest
 
 pytest.importorskip("verl.trainer.ppo.ray_trainer")
 
-from phantom import launch as launch_mod  # noqa: E402
-from phantom.launch import default_name, gate_metrics, launch, main, read_run_metrics, run_env  # noqa: E402
 from phantom.runs import RunConflict, RunDir, RunInUse, spec_hash  # noqa: E402
-from phantom.verl_spec import compose, load_preset, make_spec, presets, to_overrides  # noqa: E402
+from phantom.verl import launch as launch_mod  # noqa: E402
+from phantom.verl.launch import default_name, gate_metrics, launch, main, read_run_metrics, run_env  # noqa: E402
+from phantom.verl.spec import compose, load_preset, make_spec, presets, to_overrides  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Two tiny parquet files in verl's schema, and a fake model folder (config.json only)."""
-    from phantom.data import verl_row, write_parquet
+    from phantom.verl.data import verl_row, write_parquet
 
     root = tmp_path_factory.mktemp("verl_inputs")
     rows = [verl_row("openai/gsm8k", f"What is {i}+1?", i + 1, "train", i) for i in range(8)]
@@ -61,7 +61,7 @@ def test_gpu_presets_compose_with_verls_config(preset, data, tmp_path):
     cfg = compose(o, validate=False)  # verl's validation instantiates the vLLM config: GPU machines only
     assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.actor_rollout_ref.model.lora_rank == 32
     assert cfg.algorithm.adv_estimator == spec.estimator_name
-    assert cfg.reward.custom_reward_function.path == "pkg://phantom.verl_reward"
+    assert cfg.reward.custom_reward_function.path == "pkg://phantom.verl.reward"
     assert cfg.reward.custom_reward_function.reward_kwargs.lam == 0.3
     assert cfg.actor_rollout_ref.actor.use_kl_loss and cfg.actor_rollout_ref.actor.kl_loss_coef == 0.001
     assert cfg.trainer.test_freq == 5 and cfg.trainer.total_training_steps == 40
@@ -87,7 +87,7 @@ def test_cpu_overrides(data, tmp_path):
     cfg = compose(o)
     assert cfg.trainer.n_gpus_per_node == 2
     env = run_env(spec, tmp_path / "run")
-    assert env["VERL_USE_EXTERNAL_MODULES"].endswith("phantom.verl_cpu.plugin") and env["VERL_PLATFORM"] == "cpu"
+    assert env["VERL_USE_EXTERNAL_MODULES"].endswith("phantom.verl.cpu.plugin") and env["VERL_PLATFORM"] == "cpu"
 
 
 def test_scale_out_and_passthrough(data, tmp_path):
@@ -214,7 +214,7 @@ def test_preflight_checks_a_fresh_interpreter(data, tmp_path):
 
 
 def test_cpu_backend_refuses_another_verl_version():
-    code = "import verl; verl.__version__ = '0.9.0'; import phantom.verl_cpu.plugin"
+    code = "import verl; verl.__version__ = '0.9.0'; import phantom.verl.cpu.plugin"
     out = subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "supports verl 0.9.1 only, found verl 0.9.0" in out.stderr
 

@@ -1,4 +1,4 @@
-"""phantom.verl_plugin: the gated estimators inside verl's own advantage call path."""
+"""phantom.verl.estimators: the gated estimators inside verl's own advantage call path."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from verl import DataProto  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 
-from phantom import verl_plugin  # noqa: E402
-from phantom.launch import gate_metrics  # noqa: E402
 from phantom.rewards import length_short  # noqa: E402
+from phantom.verl import estimators as verl_plugin  # noqa: E402
+from phantom.verl.launch import gate_metrics  # noqa: E402
 
 LAM = 0.3
 WIDTH = 8

@@ -1,4 +1,4 @@
-"""phantom.verl_reward: the dict verl receives (score shaped, acc binary), kwargs checks, noise."""
+"""phantom.verl.reward: the dict verl receives (score shaped, acc binary), kwargs checks, noise."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phantom import rewards
-from phantom.verl_reward import DEFAULTS, check_reward_kwargs, compute_score, outcome_of
+from phantom.verl.reward import DEFAULTS, check_reward_kwargs, compute_score, outcome_of
 
 KEYS = {"score", "acc", "outcome", "len_chars"}
 

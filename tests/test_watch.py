@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from phantom.watch import MetricsTail, detect, follow, indicators, main, render
+from phantom.audit.watch import MetricsTail, detect, follow, indicators, main, render
 
 FIX = Path(__file__).parent / "fixtures" / "audit"
 

@@ -13,13 +13,13 @@ from typing import Any
 #: command -> ("module:function", one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "lab": ("phantom.lab.cli:main", "CPU lab: build the task and model, SFT, RL arms, papermill sweeps"),
-    "verl": ("phantom.launch:main", "launch real verl 0.9.1 runs (CPU here, GPU for users)"),
-    "data": ("phantom.data:main", "build verl parquet: GSM8K, MATH, the lab task"),
-    "chapter": ("phantom.book:chapter_main", "execute one book chapter with papermill (-p key value)"),
-    "book": ("phantom.book:book_main", "execute the chapters and build the HTML book"),
+    "verl": ("phantom.verl.launch:main", "launch real verl 0.9.1 runs (CPU here, GPU for users)"),
+    "data": ("phantom.verl.data:main", "build verl parquet: GSM8K, MATH, the lab task"),
+    "chapter": ("phantom.book.build:chapter_main", "execute one book chapter with papermill (-p key value)"),
+    "book": ("phantom.book.build:book_main", "execute the chapters and build the HTML book"),
     "audit": ("phantom.audit:main", "check a verl/TRL config or launch script for phantom-prone settings"),
-    "exposure": ("phantom.exposure:main", "all-fail / phantom fractions of a rollout dump"),
-    "watch": ("phantom.watch:main", "follow a metrics.jsonl and warn on the leading indicators"),
+    "exposure": ("phantom.audit.exposure:main", "all-fail / phantom fractions of a rollout dump"),
+    "watch": ("phantom.audit.watch:main", "follow a metrics.jsonl and warn on the leading indicators"),
 }
 
 

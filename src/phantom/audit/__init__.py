@@ -8,6 +8,11 @@ line, a one-sentence why with the book chapter, and the fix. The rules are liste
 :mod:`phantom.audit.rules`. Only a reward function named with ``--reward-fn`` is ever executed.
 
 Exit codes: 0 clean, 1 findings (at or above ``--fail-on``), 2 an input could not be read.
+
+The package is the whole practitioner's guard: besides the config audit it holds
+:mod:`phantom.audit.exposure` (``phantom exposure``: all-fail and phantom fractions of a rollout
+dump) and :mod:`phantom.audit.watch` (``phantom watch``: the leading indicators on a live
+``metrics.jsonl``).
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ def audit_doc(doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None 
 
 
 def _measure(path: str) -> AllSame:
-    from phantom.exposure import RolloutError, exposure, load_rollouts
+    from phantom.audit.exposure import RolloutError, exposure, load_rollouts
 
     try:
         e = exposure(load_rollouts(path), source=path)

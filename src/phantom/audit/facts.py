@@ -27,7 +27,7 @@ SHAPED_METRICS: tuple[str, ...] = ("score", "seq_reward", "seq_final_reward", "r
 GROUP_STD_ESTIMATORS = frozenset({"grpo", "grpo_vectorized", "grpo_passk", "gdpo", "phantom_grpo_none",
                                   "phantom_grpo_score"})
 OUTCOME_GATE_ESTIMATORS = frozenset({"phantom_grpo_outcome"})
-PHANTOM_REWARD = "pkg://phantom.verl_reward"
+PHANTOM_REWARD = "pkg://phantom.verl.reward"
 _COEF = re.compile(r"^(lam|lambda|lmbda|alpha|coef\w*|\w*_coef\w*|\w*weight\w*|\w*penalty\w*|\w*bonus\w*|"
                    r"format_score|len\w*|\w*_len\w*|\w*length\w*)$", re.I)
 TRL_BINARY = frozenset({"accuracy_reward", "accuracy", "reasoning_accuracy_reward"})
@@ -97,7 +97,7 @@ def verl_facts(s: Settings, probe: ProbeResult | None = None, shaped: bool | Non
         f.score_shaped, f.acc_binary = False, True
         f.evidence.append(Evidence("no custom reward function: verl's built-in rule scorer (0/1 for GSM8K; "
                                    "±1 with a binary `acc` for DAPO-Math)"))
-    elif isinstance(path, str) and (path == PHANTOM_REWARD or path.endswith("phantom/verl_reward.py")):
+    elif isinstance(path, str) and (path == PHANTOM_REWARD or path.endswith("phantom/verl/reward.py")):
         lam = kwargs.get("lam", 0.3)
         f.returns, f.acc_binary = "dict", True
         f.score_shaped = None if not isinstance(lam, (int, float)) else lam != 0

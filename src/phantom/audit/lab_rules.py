@@ -57,7 +57,7 @@ def lab_findings(s: Settings, f: RewardFacts, *, all_same: AllSame | None = None
                       "no consistent endpoint effect)", "drop=zero keeps the denominator fixed; sampling=dapo "
                       "deletes and refills", "what_not"))
     if sampling == "dapo" and all_same is not None:
-        from phantom.exposure import refill_estimate
+        from phantom.audit.exposure import refill_estimate
 
         prompts, gen = s.value("prompts"), s.value("gen_prompts") or 2 * s.value("prompts")
         cap = s.value("max_gen_batches")

@@ -129,7 +129,7 @@ def _refill(s: Settings, measured: AllSame | None, filter_on: bool | None, shape
                    "filter")]
     if frac is None or m is None or m <= 0:
         return []
-    from phantom.exposure import refill_estimate  # torch-free
+    from phantom.audit.exposure import refill_estimate  # torch-free
 
     tb, gb = s.integer("data.train_batch_size"), s.integer("data.gen_batch_size") or s.integer("data.train_batch_size")
     if not tb or not gb:

@@ -8,7 +8,7 @@ in the row schema verl's ``RLHFDataset`` reads::
 
 GSM8K and MATH come from the Hugging Face Hub through ``datasets`` (needs internet once), or from
 ``--source DIR`` holding ``train.parquet`` / ``test.parquet`` in the Hub dataset's own schema (the
-tests use tiny fixtures of that kind). ``extra_info.split`` matters: :mod:`phantom.verl_reward`
+tests use tiny fixtures of that kind). ``extra_info.split`` matters: :mod:`phantom.verl.reward`
 applies verifier noise to ``train`` rows only.
 """
 

@@ -75,7 +75,7 @@ def decode_outcomes(scores: np.ndarray, lam: float | None) -> np.ndarray:
         bad = s[~ok][0]
         raise ValueError(
             f"shaped score {bad!r} lies outside {where}, so the binary outcome cannot be decoded from it; "
-            "use reward.custom_reward_function.path=pkg://phantom.verl_reward with the same lam"
+            "use reward.custom_reward_function.path=pkg://phantom.verl.reward with the same lam"
         )
     return s > 0
 

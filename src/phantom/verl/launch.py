@@ -34,7 +34,7 @@ from typing import Any
 from phantom.advantages import GateStats
 from phantom.cli import parse_sets
 from phantom.runs import RunConflict, RunDir, RunInUse, pid_alive, read_metrics, runs_root, spec_hash
-from phantom.verl_spec import VerlSpec, compose, load_preset, make_spec, presets, to_overrides
+from phantom.verl.spec import VerlSpec, compose, load_preset, make_spec, presets, to_overrides
 
 __all__ = ["launch", "preflight", "run_env", "command", "gate_metrics", "read_run_metrics", "main"]
 
@@ -60,7 +60,7 @@ def run_env(spec: VerlSpec, run: Path) -> dict[str, str]:
         if "phantom" not in names:  # an explicit list without us would silently drop the estimators
             env["VERL_USE_EXTERNAL_PLUGINS"] = ",".join(sorted(names - {"none"} | {"phantom"}))
     if spec.backend == "cpu":
-        from phantom.verl_cpu import PLUGIN_MODULE
+        from phantom.verl.cpu import PLUGIN_MODULE
 
         env["PHANTOM_ROLLOUT_LOG"] = str(run / "rollout.jsonl")
 

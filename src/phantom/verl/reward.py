@@ -1,4 +1,4 @@
-"""The shaped reward as verl sees it: ``reward.custom_reward_function.path=pkg://phantom.verl_reward``.
+"""The shaped reward as verl sees it: ``reward.custom_reward_function.path=pkg://phantom.verl.reward``.
 
 verl calls :func:`compute_score` once per response inside its ``RewardLoopWorker`` actors. The dict
 it returns is the whole contract with the trainer:

@@ -1,7 +1,7 @@
 """A verl platform for CPU-only machines (gloo collectives, logical Ray "GPU"s), and the patches it needs.
 
 verl 0.9.1 registers CUDA, NPU and ROCm platforms and falls back to CUDA when none is found. This
-platform is selected by ``VERL_PLATFORM=cpu`` (set by :mod:`phantom.verl_cpu.plugin`). Its device
+platform is selected by ``VERL_PLATFORM=cpu`` (set by :mod:`phantom.verl.cpu.plugin`). Its device
 module is ``torch.cpu`` plus the ``torch.cuda``-style calls verl makes (``empty_cache``,
 ``mem_get_info``, RNG state, ...).
 

@@ -2,7 +2,7 @@
 
 It pins verl to 0.9.1 (the rollout backend relies on private registries that change between
 releases), selects the CPU platform, registers the ``hf`` rollout backend and applies the two
-patches in :func:`phantom.verl_cpu.platform.apply_patches`. verl's hook raises on an import error,
+patches in :func:`phantom.verl.cpu.platform.apply_patches`. verl's hook raises on an import error,
 so a broken install fails loudly in the first process instead of hanging a Ray actor.
 """
 
@@ -12,7 +12,7 @@ import os
 
 import verl
 
-from phantom.verl_cpu import VERL_VERSION
+from phantom.verl.cpu import VERL_VERSION
 
 _version = getattr(verl, "__version__", "unknown")
 if _version != VERL_VERSION:
@@ -30,13 +30,13 @@ os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
 from verl.workers.rollout import base as _rollout_base  # noqa: E402
 from verl.workers.rollout.replica import RolloutReplicaRegistry  # noqa: E402
 
-from phantom.verl_cpu import platform as _platform  # noqa: E402,F401  (registers PlatformCPU)
+from phantom.verl.cpu import platform as _platform  # noqa: E402,F401  (registers PlatformCPU)
 
 _platform.apply_patches()
 
 
 def _load_replica():
-    from phantom.verl_cpu.rollout import HFReplica
+    from phantom.verl.cpu.rollout import HFReplica
 
     return HFReplica
 
@@ -45,4 +45,4 @@ def _load_replica():
 # TaskRunner, and the in-worker adapter class looked up by (name, mode) in the FSDP workers. The
 # second has no public register function in 0.9.1, so the entry is added to the dict directly.
 RolloutReplicaRegistry.register("hf", _load_replica)
-_rollout_base._ROLLOUT_REGISTRY[("hf", "async")] = "phantom.verl_cpu.rollout.HFServerAdapter"
+_rollout_base._ROLLOUT_REGISTRY[("hf", "async")] = "phantom.verl.cpu.rollout.HFServerAdapter"
