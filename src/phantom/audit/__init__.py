@@ -7,7 +7,13 @@ reward is composite, and reports each phantom-prone setting with its severity, k
 line, a one-sentence why with the book chapter, and the fix. The rules are listed in
 :mod:`phantom.audit.rules`. Only a reward function named with ``--reward-fn`` is ever executed.
 
-Exit codes: 0 clean, 1 findings (at or above ``--fail-on``), 2 an input could not be read.
+Every report says what was read (commands found, overrides parsed, values left unresolved); a
+trainer command whose settings the audit could not read is a warning (PH060), never "clean".
+A launch script gets one audit per trainer command.
+
+Exit codes: 0 clean, 1 findings (at or above ``--fail-on``), 2 an input could not be read (named,
+with its line), 3 an internal error of the audit (the input is named; the other inputs of the batch
+are still reported). ``--format json`` output is described in ``docs/audit_json.md`` (schema 2).
 
 The package is the whole practitioner's guard: besides the config audit it holds
 :mod:`phantom.audit.exposure` (``phantom exposure``: all-fail and phantom fractions of a rollout
@@ -18,7 +24,9 @@ dump) and :mod:`phantom.audit.watch` (``phantom watch``: the leading indicators 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,46 +34,51 @@ from typing import Any
 from phantom.audit.facts import RewardFacts, metric_signal, trl_facts, verl_facts
 from phantom.audit.lab_rules import lab_facts, lab_findings
 from phantom.audit.model import BOOK, ConfigDoc, Finding, InputError
+from phantom.audit.notices import read_findings
 from phantom.audit.probe import ProbeResult, load_reward_fn, probe, split_target
-from phantom.audit.readers import KINDS, read_config
-from phantom.audit.report import InputReport, Report, render_json, render_text
-from phantom.audit.rules import RULES, AllSame, trl_findings, verl_findings
+from phantom.audit.readers import KINDS, read_config, read_configs
+from phantom.audit.report import InputReport, Report, render_json, render_sarif, render_text
+from phantom.audit.rules import RULES, AllSame, verl_findings
 from phantom.audit.schema import ENTRYPOINTS, VERL_VERSIONS, Settings, validate
+from phantom.audit.trl_rules import trl_findings
 
 __all__ = ["BOOK", "AllSame", "Finding", "InputError", "Report", "RewardFacts", "audit", "audit_doc", "main",
-           "metric_signal", "read_config"]
+           "metric_signal", "read_config", "read_configs"]
+
+_PROBE_SOURCE = "openai/gsm8k"
 
 
 def audit_doc(doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None = None,
               reward_fns: Sequence[tuple[Any, str]] = (), shaped: bool | None = None,
-              all_same: AllSame | None = None, data_source: str = "openai/gsm8k",
+              all_same: AllSame | None = None, data_source: str | None = None, trl_version: str | None = None,
               probes_out: list[ProbeResult] | None = None) -> InputReport:
     """Findings for one (validated) config; ``reward_fns`` are ``(function, label)`` pairs to probe."""
     s = Settings(validate(doc), version=version, entrypoint=entrypoint)
-    rep = InputReport(doc.path, doc.kind, doc.form)
+    rep = InputReport(doc.path, doc.kind, doc.form, label=doc.label, read=doc.read)
     if doc.kind == "verl":
         rep.trainer = s.trainer + (" (assumed)" if s.entrypoint_assumed else "")
         kwargs = {k: e.value for k, e in doc.under("reward.custom_reward_function.reward_kwargs").items()}
-        pr = probe(reward_fns[0][0], reward_fns[0][1], reward_kwargs=kwargs, data_source=data_source) \
-            if reward_fns else None
+        pr = probe(reward_fns[0][0], reward_fns[0][1], reward_kwargs=kwargs,
+                   data_source=data_source or _PROBE_SOURCE) if reward_fns else None
         if pr is not None and probes_out is not None:
             probes_out.append(pr)
-        rep.facts = verl_facts(s, pr, shaped)
+        rep.facts = verl_facts(s, pr, shaped, data_source=data_source)
         rep.findings = verl_findings(s, rep.facts, all_same=all_same)
     elif doc.kind == "lab":
         rep.trainer = "phantom lab"
         rep.facts = lab_facts(s, shaped)
         rep.findings = lab_findings(s, rep.facts, all_same=all_same)
     else:
-        rep.trainer = "trl"
+        rep.trainer = "trl" + (" (AsyncGRPO)" if "async_grpo" in doc.mentions else "")
         probes = {}
         for fn, label in reward_fns:
-            pr = probe(fn, label, data_source=data_source)
+            pr = probe(fn, label, data_source=data_source or _PROBE_SOURCE)
             probes[split_target(label)[1]] = pr
             if probes_out is not None:
                 probes_out.append(pr)
         rep.facts = trl_facts(s, probes, shaped)
-        rep.findings = trl_findings(s, rep.facts)
+        rep.findings = trl_findings(s, rep.facts, trl_version=trl_version)
+    rep.findings = read_findings(doc) + rep.findings
     return rep
 
 
@@ -79,10 +92,20 @@ def _measure(path: str) -> AllSame:
     return AllSame(e.frac(e.drop_outcome), e.frac(e.drop_score), f"measured on {Path(path).name}")
 
 
+def _internal(path: str, exc: BaseException) -> InputReport:
+    """An audit bug: say so, name the input, keep the batch going (exit 3)."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+    err = InputError(path, f"internal error of phantom audit ({type(exc).__name__}: {exc}{where}); please report "
+                           "it with this file")
+    return InputReport(path, error=err, internal=True)
+
+
 def audit(paths: Sequence[str], *, reward_fns: Sequence[str] = (), shaped: bool | None = None,
           version: str = "0.9.1", entrypoint: str | None = None, kind: str | None = None, merge: bool = False,
-          all_same: AllSame | None = None, exposure: str | None = None, data_source: str = "openai/gsm8k",
-          fail_on: str = "warning", ignore: Sequence[str] = ()) -> Report:
+          all_same: AllSame | None = None, exposure: str | None = None, data_source: str | None = None,
+          fail_on: str = "warning", ignore: Sequence[str] = (), trl_version: str | None = None,
+          skip_non_trainer: bool = False) -> Report:
     """Audit each config (or, with ``merge``, all of them layered as one run)."""
     report = Report([], version=version, fail_on=fail_on)
     try:
@@ -95,9 +118,14 @@ def audit(paths: Sequence[str], *, reward_fns: Sequence[str] = (), shaped: bool 
     docs: list[ConfigDoc | InputReport] = []
     for p in paths:
         try:
-            docs.append(read_config(p, kind=kind))
+            docs += read_configs(p, kind=kind)
         except InputError as exc:
+            if skip_non_trainer and exc.message.startswith("no trainer command found"):
+                report.skipped.append((p, exc.message))
+                continue
             docs.append(InputReport(p, error=exc))
+        except Exception as exc:  # noqa: BLE001 - a reader bug must not empty the batch
+            docs.append(_internal(p, exc))
     if merge and all(isinstance(d, ConfigDoc) for d in docs) and len(docs) > 1:
         first = docs[0]
         try:
@@ -112,9 +140,12 @@ def audit(paths: Sequence[str], *, reward_fns: Sequence[str] = (), shaped: bool 
             continue
         try:
             rep = audit_doc(d, version=version, entrypoint=entrypoint, reward_fns=loaded, shaped=shaped,
-                            all_same=all_same, data_source=data_source, probes_out=report.probes)
+                            all_same=all_same, data_source=data_source, trl_version=trl_version,
+                            probes_out=report.probes)
         except InputError as exc:
-            rep = InputReport(d.path, d.kind, d.form, error=exc)
+            rep = InputReport(d.path, d.kind, d.form, error=exc, label=d.label, read=d.read)
+        except Exception as exc:  # noqa: BLE001
+            rep = _internal(d.path, exc)
         rep.findings = [f for f in rep.findings if f.rule not in ignore]
         report.inputs.append(rep)
     return report
@@ -124,30 +155,38 @@ def main(argv: list[str] | None = None) -> int:
     rule_lines = "\n".join(f"  {rid}  {name:<31} {text}" for rid, (name, text) in RULES.items())
     ap = argparse.ArgumentParser(prog="phantom audit", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=f"rules:\n{rule_lines}\n\nexit codes: 0 clean, 1 findings, 2 unreadable input")
+                                 epilog=f"rules:\n{rule_lines}\n\nexit codes: 0 clean, 1 findings, 2 unreadable input, "
+                                        "3 internal error")
     ap.add_argument("configs", nargs="+", metavar="CONFIG",
                     help="verl YAML/JSON, Hydra override list, launch script (.sh), or TRL YAML/JSON/.py")
     ap.add_argument("--reward-fn", action="append", default=[], metavar="PATH[:NAME]",
                     help="import this reward function (a file or pkg://module; NAME defaults to compute_score) "
-                         "and call it on 8 probe answers; repeat for several TRL reward functions")
+                         "and call it on probe answers (right/wrong, formatted or not, short, long, overlong, "
+                         "empty); repeat for several TRL reward functions")
     shaped = ap.add_mutually_exclusive_group()
     shaped.add_argument("--shaped", dest="shaped", action="store_true", default=None,
                         help="the reward function mixes shaping into its score")
     shaped.add_argument("--no-shaped", dest="shaped", action="store_false", default=None,
                         help="it scores the outcome only")
-    ap.add_argument("--format", choices=("text", "json"), default="text")
+    ap.add_argument("--format", choices=("text", "json", "sarif"), default="text")
     ap.add_argument("--verl-version", choices=VERL_VERSIONS, default="0.9.1",
                     help="defaults to assume (0.9.1: filter metric `reward`; 0.9.0: null)")
+    ap.add_argument("--trl-version", metavar="X.Y", help="the TRL version the run uses (picks the scale_rewards form "
+                                                          "a fix prints; default: both)")
     ap.add_argument("--entrypoint", choices=ENTRYPOINTS,
                     help="the verl trainer, for inputs that do not name it (default: main_ppo)")
     ap.add_argument("--kind", choices=KINDS, help="force the config kind of YAML/JSON inputs")
     ap.add_argument("--merge", action="store_true", help="layer all CONFIGs into one run (later values win)")
     ap.add_argument("--exposure", metavar="ROLLOUTS", help="rollout dump to measure the all-same fraction from")
     ap.add_argument("--all-same-frac", type=float, metavar="F", help="measured fraction of groups the filter drops")
-    ap.add_argument("--data-source", default="openai/gsm8k", help="data_source passed to the probed reward")
+    ap.add_argument("--data-source", metavar="NAME",
+                    help="the data's data_source (picks verl's built-in scorer; default: inferred from "
+                         "data.train_files; also passed to a probed reward, default openai/gsm8k)")
     ap.add_argument("--fail-on", choices=("error", "warning", "info"), default="warning",
                     help="lowest severity that makes the exit code 1 (default: warning)")
     ap.add_argument("--ignore", action="append", default=[], metavar="RULE", help="skip a rule id, e.g. PH021")
+    ap.add_argument("--skip-non-trainer", action="store_true",
+                    help="skip shell scripts that start no trainer instead of failing (for pre-commit globs)")
     args = ap.parse_args(argv)
     measured = None
     if args.all_same_frac is not None:
@@ -158,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         measured = AllSame(args.all_same_frac, args.all_same_frac, "from --all-same-frac")
     report = audit(args.configs, reward_fns=args.reward_fn, shaped=args.shaped, version=args.verl_version,
                    entrypoint=args.entrypoint, kind=args.kind, merge=args.merge, all_same=measured,
-                   exposure=args.exposure, data_source=args.data_source, fail_on=args.fail_on, ignore=args.ignore)
-    print(render_json(report) if args.format == "json" else render_text(report))
+                   exposure=args.exposure, data_source=args.data_source, fail_on=args.fail_on, ignore=args.ignore,
+                   trl_version=args.trl_version, skip_non_trainer=args.skip_non_trainer)
+    render = {"json": render_json, "sarif": render_sarif}.get(args.format, render_text)
+    try:
+        print(render(report), flush=True)
+    except BrokenPipeError:  # `phantom audit ... | head`: the reader left; not an error of the audit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return report.exit_code

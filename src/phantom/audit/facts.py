@@ -17,6 +17,7 @@ from typing import Any
 from phantom.audit.model import Evidence, Unresolved
 from phantom.audit.probe import ProbeResult
 from phantom.audit.schema import Settings
+from phantom.audit.scorers import BUILTIN, Scorer, scorer_for, sources_from_files
 
 __all__ = ["SHAPED_METRICS", "GROUP_STD_ESTIMATORS", "OUTCOME_GATE_ESTIMATORS", "PHANTOM_REWARD", "RewardFacts",
            "Signal", "TrlFunc", "metric_signal", "tri_or", "trl_facts", "verl_facts"]
@@ -26,6 +27,10 @@ SHAPED_METRICS: tuple[str, ...] = ("score", "seq_reward", "seq_final_reward", "r
 #: estimators that divide by the group std when ``norm_adv_by_std_in_grpo`` is on
 GROUP_STD_ESTIMATORS = frozenset({"grpo", "grpo_vectorized", "grpo_passk", "gdpo", "phantom_grpo_none",
                                   "phantom_grpo_score"})
+#: verl 0.9.1 estimators that divide by the group std *whatever* ``norm_adv_by_std_in_grpo`` says: the
+#: generic branch of ``ray_trainer.compute_advantage`` does not pass the flag and their signature
+#: defaults it to True (gdpo also whitens the summed advantage afterwards)
+STD_ALWAYS_ESTIMATORS = frozenset({"grpo_vectorized", "gdpo"})
 OUTCOME_GATE_ESTIMATORS = frozenset({"phantom_grpo_outcome"})
 PHANTOM_REWARD = "pkg://phantom.verl.reward"
 _COEF = re.compile(r"^(lam|lambda|lmbda|alpha|coef\w*|\w*_coef\w*|\w*weight\w*|\w*penalty\w*|\w*bonus\w*|"
@@ -38,6 +43,7 @@ TRL_SHAPING = frozenset({"think_format_reward", "get_soft_overlong_punishment", 
 _SHAPING_NAME = re.compile(r"format|length|(^|_)len(_|$)|penalty|cosine|tag|steps|repetition|overlong|bonus|"
                            r"brevity|concise|style", re.I)
 _BINARY_NAME = re.compile(r"accuracy|correct|exact_match", re.I)
+_BUILTIN_SET = frozenset(BUILTIN)
 
 
 def tri_or(*values: bool | None) -> bool | None:
@@ -69,6 +75,8 @@ class RewardFacts:
     probe: ProbeResult | None = None
     evidence: list[Evidence] = field(default_factory=list)
     trl_funcs: list[TrlFunc] = field(default_factory=list)
+    builtin: list[tuple[str, Scorer | None]] = field(default_factory=list)  # (data_source, scorer) used
+    spread: dict[str, bool | None] = field(default_factory=dict)  # format/length/overlong/empty among failures
 
     @property
     def verdict(self) -> str:
@@ -87,16 +95,61 @@ def _where(s: Settings, key: str) -> str | None:
     return e.where if e is not None else None
 
 
-def verl_facts(s: Settings, probe: ProbeResult | None = None, shaped: bool | None = None) -> RewardFacts:
+def _builtin(s: Settings, f: RewardFacts, data_source: str | None) -> None:
+    """No custom reward function: verl's ``default_compute_score``, by the data's ``data_source``."""
+    key = "data.train_files"
+    if data_source:
+        pairs = [(f"--data-source {data_source}", data_source)]
+    else:
+        files = s.value(key)
+        pairs = sources_from_files(files) if files is not None else []
+    unknown = [p for p, src in pairs if not src]
+    if not pairs or unknown:
+        what = f"{key} ({', '.join(unknown)[:120]})" if pairs else f"{key} (not set)"
+        f.evidence.append(Evidence("verl's built-in scorer depends on each row's data_source, which the audit cannot "
+                                   f"infer from {what}; pass --data-source NAME", key, _where(s, key)))
+    scorers: list[Scorer] = []
+    for p, src in pairs:
+        if not src:
+            continue
+        sc = scorer_for(src)
+        f.builtin.append((src, sc))
+        if sc is None:
+            f.evidence.append(Evidence(f"data_source {src!r} (from {p}) has no built-in scorer in verl 0.9.1 "
+                                       "(NotImplementedError): the reward is unknown", key, _where(s, key)))
+            unknown.append(p)
+            continue
+        scorers.append(sc)
+        where = "" if sc in _BUILTIN_SET else ", not in verl 0.9.1"
+        f.evidence.append(Evidence(f"built-in scorer for {src} ({sc.module}{where}): {sc.semantics}; {sc.note}", key,
+                                   _where(s, key)))
+    complete = bool(pairs) and not unknown
+    if any(sc.failure_spread for sc in scorers):
+        f.score_shaped = True
+    elif complete:
+        f.score_shaped = False
+    if any(not sc.acc_binary for sc in scorers):
+        f.acc_binary = False
+    elif complete:
+        f.acc_binary = True
+    kinds = {sc.returns for sc in scorers}
+    f.returns = kinds.pop() if complete and len(kinds) == 1 else None
+    for sc in scorers:
+        if sc.semantics == "format-credit":
+            f.spread["format"] = True
+        if sc.semantics == "partial-credit":
+            f.spread["partial"] = True
+
+
+def verl_facts(s: Settings, probe: ProbeResult | None = None, shaped: bool | None = None,
+               data_source: str | None = None) -> RewardFacts:
     f = RewardFacts()
     path_key = "reward.custom_reward_function.path"
     path = s.value(path_key)
     f.custom_path = path
     kwargs = _kwargs(s)
     if path is None:
-        f.score_shaped, f.acc_binary = False, True
-        f.evidence.append(Evidence("no custom reward function: verl's built-in rule scorer (0/1 for GSM8K; "
-                                   "±1 with a binary `acc` for DAPO-Math)"))
+        _builtin(s, f, data_source)
     elif isinstance(path, str) and (path == PHANTOM_REWARD or path.endswith("phantom/verl/reward.py")):
         lam = kwargs.get("lam", 0.3)
         f.returns, f.acc_binary = "dict", True
@@ -120,6 +173,7 @@ def verl_facts(s: Settings, probe: ProbeResult | None = None, shaped: bool | Non
         f.probe, f.returns, f.keys = probe, probe.returns, probe.keys
         f.acc_binary = probe.binary("acc")
         f.score_shaped = probe.spread_among_failures("score")
+        f.spread = probe.spread()
         f.evidence.append(Evidence("probe: " + probe.summary()))
     if shaped is not None:
         f.score_shaped = shaped
@@ -130,12 +184,6 @@ def verl_facts(s: Settings, probe: ProbeResult | None = None, shaped: bool | Non
         key = "reward.reward_kwargs.overlong_buffer_cfg.enable"
         f.evidence.append(Evidence("DAPO overlong penalty enabled (added to `reward`, not to `score`/`acc`)", key,
                                    _where(s, key)))
-    if s.trainer == "recipe":
-        for key in ("reward_model.overlong_buffer.enable", "custom_reward_function.overlong_buffer.enable"):
-            if s.doc.get(key) is True:
-                f.overlong = True
-                f.evidence.append(Evidence("DAPO overlong penalty enabled through a legacy key (older "
-                                           "verl-recipe trainers read it)", key, _where(s, key)))
     f.composite = tri_or(f.score_shaped, f.overlong)
     return f
 

@@ -19,6 +19,7 @@ __all__ = [
     "Evidence",
     "Finding",
     "InputError",
+    "ReadInfo",
     "Unresolved",
     "chapter",
 ]
@@ -44,7 +45,7 @@ def chapter(topic: str) -> str:
 
 
 class InputError(ValueError):
-    """An input the audit cannot read; the CLI turns it into exit code 2."""
+    """An input the audit cannot read; the CLI turns it into exit code 2 (internal errors are 3)."""
 
     def __init__(self, path: str, message: str, line: int | None = None, key: str | None = None):
         self.path, self.line, self.key, self.message = path, line, key, message
@@ -54,12 +55,39 @@ class InputError(ValueError):
 
 @dataclass(frozen=True)
 class Unresolved:
-    """A value the audit could not resolve statically (a shell variable, an expression)."""
+    """A value the audit could not resolve statically (a shell variable, an expression, a branch).
+
+    ``why`` says what is unknown; ``options`` holds the values seen where a script sets it in
+    several branches (``if``/``case``), when the audit could read them.
+    """
 
     text: str
+    why: str = field(default="", compare=False)
+    options: tuple[str, ...] = field(default=(), compare=False)
 
     def __str__(self) -> str:
         return self.text
+
+
+@dataclass
+class ReadInfo:
+    """What a reader found in an input, so no report is ever "clean" after reading nothing."""
+
+    source: str = ""  # e.g. "command 2 of 3, line 57: python3 -m verl.trainer.main_ppo"
+    commands: int = 0  # shell commands in the file
+    trainer_commands: int = 0
+    overrides: int = 0  # values read for this audit (overrides, YAML keys, GRPOConfig kwargs)
+    unresolved: list[str] = field(default_factory=list)  # keys whose value the file does not fix
+    conditional: list[str] = field(default_factory=list)  # keys set only in some branches
+    caller_args: bool = False  # the command also passes the script's own arguments ("$@")
+    notes: list[str] = field(default_factory=list)
+    line: int | None = None
+    context: str = ""
+    cleaned: list[str] = field(default_factory=list)  # what text cleaning changed (BOM, CRLF, colour codes)
+    crlf_shell: bool = False  # a bash script with CRLF line ends: bash keeps "\r" in every value
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -92,6 +120,8 @@ class ConfigDoc:
     entries: dict[str, Entry] = field(default_factory=dict)
     entrypoint: str | None = None
     mentions: set[str] = field(default_factory=set)  # identifiers seen in the text (e.g. TRL metrics)
+    read: ReadInfo = field(default_factory=ReadInfo)
+    label: str | None = None  # which command of a script this is ("command 2, line 57")
 
     def entry(self, key: str) -> Entry | None:
         e = self.entries.get(key)
@@ -118,6 +148,9 @@ class ConfigDoc:
             raise InputError(other.path, f"cannot merge a {other.kind} config into a {self.kind} one")
         doc = ConfigDoc(f"{self.path}+{other.path}", self.kind, "merged", dict(self.entries),
                         other.entrypoint or self.entrypoint, self.mentions | other.mentions)
+        doc.read = ReadInfo(f"{self.path} with {other.path} on top", overrides=len(self.entries) + len(other.entries),
+                            unresolved=self.read.unresolved + other.read.unresolved,
+                            conditional=self.read.conditional + other.read.conditional)
         for key, e in other.entries.items():
             if e.value is DELETE:
                 doc.entries.pop(key, None)
@@ -153,6 +186,12 @@ class Finding:
     chapter: str
     file: str | None = None
     line: int | None = None
+    #: the fix as data, so tests (and tools) can apply it: verl overrides, and what they must set in
+    #: verl's composed config; TRL ``GRPOConfig`` keyword arguments
+    fix_overrides: tuple[str, ...] = ()
+    fix_expect: dict[str, Any] = field(default_factory=dict)
+    fix_kwargs: dict[str, Any] = field(default_factory=dict)
+    keys: tuple[str, ...] = ()  # every key a merged finding covers
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

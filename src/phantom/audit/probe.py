@@ -25,20 +25,43 @@ from typing import Any
 
 from phantom.audit.model import InputError
 
-__all__ = ["GOLD", "PROBES", "ProbeResult", "load_reward_fn", "probe", "split_target"]
+__all__ = ["GOLD", "PROBES", "Probe", "ProbeResult", "load_reward_fn", "probe", "split_target"]
 
 GOLD = "42"
 _LONG = "Let me work through this carefully, one quantity at a time, and check each step. " * 6
-#: (response, certainly wrong for any checker of gold 42)
-PROBES: tuple[tuple[str, bool], ...] = (
-    ("#### 42", False),
-    (_LONG + "#### 42", False),
-    ("The answer is \\boxed{42}.", False),
-    ("#### 7", True),
-    (_LONG + "#### 7", True),
-    (_LONG * 3 + "So the result is #### 13", True),
-    ("I am not sure.", True),
-    ("", True),
+_THINK = "<think>\nI add the numbers step by step.\n</think>\n"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A probe answer. ``wrong``: certainly wrong for any checker of gold 42. ``fmt``: written in a
+    format some checker rewards (``#### n``, ``\\boxed{}``, ``<think>``/``<answer>`` tags);
+    ``size``: ``empty``, ``short``, ``long`` or ``overlong`` (about 6 kB, past a typical budget)."""
+
+    text: str
+    wrong: bool
+    fmt: bool
+    size: str
+    label: str
+
+
+#: Correct and wrong answers, formatted and not, short and long, so that format, length and
+#: overlong spread among failures are each seen on their own (the phantom needs only one of them).
+PROBES: tuple[Probe, ...] = (
+    Probe("#### 42", False, True, "short", "right, #### format"),
+    Probe(_LONG + "#### 42", False, True, "long", "right, long"),
+    Probe("The answer is \\boxed{42}.", False, True, "short", "right, boxed"),
+    Probe(_THINK + "<answer>\n\\boxed{42}\n</answer>", False, True, "short", "right, tagged"),
+    Probe("#### 7", True, True, "short", "wrong, #### format"),
+    Probe(_LONG + "#### 7", True, True, "long", "wrong, #### format, long"),
+    Probe(_THINK + "<answer>\n\\boxed{7}\n</answer>", True, True, "short", "wrong, tagged"),
+    Probe(_THINK.replace("step by step.", "step by step. " + _LONG) + "<answer>\n\\boxed{7}\n</answer>", True,
+          True, "long", "wrong, tagged, long"),
+    Probe(_LONG * 12 + "#### 7", True, True, "overlong", "wrong, #### format, overlong"),
+    Probe("7", True, False, "short", "wrong, bare number"),
+    Probe("I am not sure.", True, False, "short", "wrong, no answer"),
+    Probe(_LONG + "so it is probably seven", True, False, "long", "wrong, no answer, long"),
+    Probe("", True, False, "empty", "empty"),
 )
 _TIMEOUT_S = 20
 
@@ -87,6 +110,7 @@ class ProbeRow:
     score: float | None = None
     result: Any = None
     error: str | None = None
+    probe: Probe | None = None
 
 
 @dataclass
@@ -128,6 +152,31 @@ class ProbeResult:
             r.score for r in self.ok if r.certainly_wrong and r.score is not None]
         return None if len(vals) < 2 else (max(vals) - min(vals)) > 1e-12
 
+    def spread(self) -> dict[str, bool | None]:
+        """Which kinds of spread among failures the score shows (None: not measurable).
+
+        ``format``: a formatted wrong answer vs an unformatted one of the same size; ``length``:
+        the same format, short vs long; ``overlong``: long vs overlong; ``empty``: empty vs a short
+        unformatted wrong answer.
+        """
+        by: dict[tuple[bool, str], list[float]] = {}
+        for r in self.ok:
+            if r.probe is not None and r.certainly_wrong and r.score is not None:
+                by.setdefault((r.probe.fmt, r.probe.size), []).append(r.score)
+
+        def differ(a: tuple[bool, str], b: tuple[bool, str]) -> bool | None:
+            if a not in by or b not in by:
+                return None
+            return any(abs(x - y) > 1e-12 for x in by[a] for y in by[b])
+
+        def tri_or(*vals: bool | None) -> bool | None:
+            return True if True in vals else (False if all(v is False for v in vals) else None)
+
+        return {"format": tri_or(differ((True, "short"), (False, "short")), differ((True, "long"), (False, "long"))),
+                "length": tri_or(differ((True, "short"), (True, "long")), differ((False, "short"), (False, "long"))),
+                "overlong": differ((True, "long"), (True, "overlong")),
+                "empty": differ((False, "empty"), (False, "short"))}
+
     def binary(self, key: str) -> bool | None:
         vals = self.values(key)
         if not vals:
@@ -140,7 +189,10 @@ class ProbeResult:
         shown = ", ".join(f"{s:g}" for s in scores[:6]) + (", ..." if len(scores) > 6 else "")
         ret = self.returns or "nothing"
         extra = f" with keys {{{', '.join(sorted(self.keys))}}}" if self.returns == "dict" else ""
-        return f"{self.target} returns {ret}{extra}; scores over {len(ok)} probes: {{{shown}}}"
+        kinds = [k for k, v in self.spread().items() if v]
+        spread = f"; wrong answers differ by {', '.join(kinds)}" if kinds else (
+            "; all wrong answers score the same" if self.spread_among_failures() is False else "")
+        return f"{self.target} returns {ret}{extra}; scores over {len(ok)} probes: {{{shown}}}{spread}"
 
 
 def _number(v: Any) -> bool:
@@ -202,10 +254,10 @@ def probe(fn: Callable[..., Any], target: str, *, reward_kwargs: dict[str, Any] 
     kw = dict(reward_kwargs or {})
     with _time_limit(_TIMEOUT_S):
         if style == "verl":
-            for text, wrong in PROBES:
-                row = ProbeRow(text, wrong)
+            for pr in PROBES:
+                row = ProbeRow(pr.text, pr.wrong, probe=pr)
                 try:
-                    out = _call(fn, {"data_source": data_source, "solution_str": text, "ground_truth": GOLD,
+                    out = _call(fn, {"data_source": data_source, "solution_str": pr.text, "ground_truth": GOLD,
                                      "extra_info": {}, **kw})
                     row.result = out
                     row.score = _scalar(out["score"] if isinstance(out, dict) else out)
@@ -223,7 +275,7 @@ def probe(fn: Callable[..., Any], target: str, *, reward_kwargs: dict[str, Any] 
 
 
 def _probe_trl(fn: Callable[..., Any], kw: dict[str, Any]) -> list[ProbeRow]:
-    texts = [t for t, _ in PROBES]
+    texts = [p.text for p in PROBES]
     n = len(texts)
     base = {"prompts": ["What is 6 * 7?"] * n, "solution": [GOLD] * n, "answer": [GOLD] * n,
             "ground_truth": [GOLD] * n, **kw}
@@ -237,13 +289,13 @@ def _probe_trl(fn: Callable[..., Any], kw: dict[str, Any]) -> list[ProbeRow]:
             errors.append(f"{type(exc).__name__}: {exc}")
             continue
         rows = []
-        for (text, wrong), value in zip(PROBES, out):
-            row = ProbeRow(text, wrong, result=value)
+        for pr, value in zip(PROBES, out):
+            row = ProbeRow(pr.text, pr.wrong, result=value, probe=pr)
             if value is None:
                 row.error = "returned None"
             else:
                 row.score = _scalar(value)
             rows.append(row)
         return rows
-    return [ProbeRow(t, w, error=errors[-1]) for t, w in PROBES]
+    return [ProbeRow(p.text, p.wrong, error=errors[-1], probe=p) for p in PROBES]
 

@@ -10,14 +10,22 @@ PH004  filter-metric-missing            the filter metric is not produced; verl 
 PH005  filter-metric-unset              filter enabled with ``metric: null`` (0.9.0, verl-recipe)
 PH006  filter-ignored-legacy-trainer    ``trainer.use_v1=False`` under main_ppo: no group filter
 PH010  std-norm-with-shaping            std-normalized GRPO, composite reward, no outcome gate
-PH020  trl-shaping-group-scale          TRL sums shaping into the reward and scales by group std
+PH011  std-norm-flag-ignored            ``grpo_vectorized``/``gdpo`` ignore ``norm_adv_by_std_in_grpo=False``
+PH012  gdpo-normalizes-shaping-key      GDPO z-scores a shaping reward key inside each group
+PH020  trl-shaping-group-scale          TRL divides a reward that spreads among failures by the group std
 PH021  trl-frac-reward-zero-std         TRL's dead-group count misses phantom groups
+PH022  trl-async-grpo-std               TRL's experimental AsyncGRPO always divides by the group std
+PH023  trl-replay-buffer-removed        ``grpo_with_replay_buffer`` is not in TRL 1.16
 PH030  mask-drop-no-refill              rows dropped from the loss without refill (loss scale)
 PH031  gen-batches-too-small            ``max_num_gen_batches`` too small for the all-same fraction
 PH032  max-num-gen-batches-ignored      verl 0.9.1's V1 trainer ignores ``max_num_gen_batches``
-PH040  legacy-reward-key-ignored        legacy top-level reward keys 0.9.x main_ppo silently drops
+PH040  legacy-reward-key-ignored        legacy reward keys verl 0.9.1 accepts and then ignores
 PH041  overlong-without-dapo-manager    overlong buffer set but the reward manager is not ``dapo``
+PH042  legacy-key-rejected              legacy keys verl 0.9.1 rejects: the run does not start
+PH043  key-needs-plus                   a key missing from verl's config, overridden without ``+``
 PH050  reward-shape-unknown             the audit cannot tell whether the reward is composite
+PH060  nothing-read                     a trainer command whose settings the audit could not read
+PH061  input-cleaned                    control characters, colour codes or CRLF the trainer would choke on
 =====  ===============================  ==============================================================
 """
 
@@ -28,16 +36,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from phantom.audit.facts import (
+    _SHAPING_NAME,
     GROUP_STD_ESTIMATORS,
     OUTCOME_GATE_ESTIMATORS,
     SHAPED_METRICS,
+    STD_ALWAYS_ESTIMATORS,
     RewardFacts,
     metric_signal,
 )
+from phantom.audit.legacy import legacy_findings
 from phantom.audit.model import Finding, Unresolved, chapter
 from phantom.audit.schema import Settings
 
-__all__ = ["RULES", "AllSame", "verl_findings", "trl_findings"]
+__all__ = ["RULES", "AllSame", "verl_findings"]
 
 #: rule id -> (name, one-line summary), read from the table above
 RULES: dict[str, tuple[str, str]] = {
@@ -47,19 +58,10 @@ RULES: dict[str, tuple[str, str]] = {
 
 _WHY_PHANTOM = ("an all-fail group still has spread in a shaped score, so it survives this filter and std "
                 "normalization turns the shaping noise into full-size advantages (paper §5: EM 0.754 vs 0.040)")
+_ACC_OV = ("algorithm.filter_groups.metric=acc",)
+_ACC_EXP = {"algorithm.filter_groups.metric": "acc"}
 _FIX_ACC = ("algorithm.filter_groups.metric=acc with a reward function that returns a dict whose `acc` is "
             "the binary outcome (e.g. {'score': shaped, 'acc': outcome})")
-_LEGACY_FIX = {
-    "custom_reward_function.": "reward.custom_reward_function.",
-    "reward_model.reward_manager": "reward.reward_manager.name",
-    "reward_model.reward_kwargs.": "reward.reward_kwargs.",
-    "reward_model.overlong_buffer.": "reward.reward_kwargs.overlong_buffer_cfg.",
-    "custom_reward_function.overlong_buffer.": "reward.reward_kwargs.overlong_buffer_cfg.",
-    "reward_model.": "reward.reward_model.",
-    "sandbox_fusion.": "reward.sandbox_fusion.",
-}
-
-
 @dataclass(frozen=True)
 class AllSame:
     """Measured fractions of groups a filter drops (outcome and shaped-score predicates), and their source."""
@@ -74,36 +76,10 @@ class AllSame:
 
 
 def _f(rule: str, name: str, severity: str, s: Settings, key: str | None, message: str, why: str, fix: str,
-       topic: str) -> Finding:
+       topic: str, overrides: tuple[str, ...] = (), expect: dict[str, Any] | None = None) -> Finding:
     file, line = s.where(key) if key else (s.doc.path, None)
-    return Finding(rule, name, severity, key, message, why, fix, chapter(topic), file, line)
-
-
-def _legacy_target(key: str) -> str:
-    for old in sorted(_LEGACY_FIX, key=len, reverse=True):
-        if key == old or key.startswith(old):
-            return _LEGACY_FIX[old] + key[len(old):] if old.endswith(".") else _LEGACY_FIX[old]
-    return "reward." + key
-
-
-def _legacy(s: Settings) -> list[Finding]:
-    if s.trainer != "main_ppo":
-        return []
-    out = []
-    for key, e in s.doc.entries.items():
-        if not key.startswith(("custom_reward_function.", "reward_model.", "sandbox_fusion.")):
-            continue
-        if e.value is None or e.value == {} or e.value == []:
-            continue  # a composed config (.hydra/config.yaml) carries every legacy key as null
-        important = key in ("custom_reward_function.path", "reward_model.reward_manager") or "overlong" in key
-        sev = "error" if important and not s.entrypoint_assumed else "warning"
-        assumed = " (assuming the run uses verl 0.9.x main_ppo)" if s.entrypoint_assumed else ""
-        out.append(_f("PH040", "legacy-reward-key-ignored", sev, s, key,
-                      f"`{key}={e.value}` is a legacy top-level key that verl 0.9.x main_ppo accepts and then "
-                      f"ignores{assumed}",
-                      "main_ppo no longer calls migrate_legacy_reward_impl, so the run silently uses the default "
-                      "reward settings instead of this one", f"{_legacy_target(key)}={e.value}", "verl"))
-    return out
+    return Finding(rule, name, severity, key, message, why, fix, chapter(topic), file, line,
+                   fix_overrides=overrides, fix_expect=expect or {})
 
 
 def _refill(s: Settings, measured: AllSame | None, filter_on: bool | None, shaped: bool | None) -> list[Finding]:
@@ -152,7 +128,7 @@ def _refill(s: Settings, measured: AllSame | None, filter_on: bool | None, shape
 
 
 def verl_findings(s: Settings, f: RewardFacts, *, all_same: AllSame | None = None) -> list[Finding]:
-    out = _legacy(s)
+    out = legacy_findings(s)
     en_key, m_key = "algorithm.filter_groups.enable", "algorithm.filter_groups.metric"
     enabled = s.flag(en_key)
     maybe = enabled is None and s.is_set(en_key)  # set through something unresolved
@@ -175,31 +151,31 @@ def verl_findings(s: Settings, f: RewardFacts, *, all_same: AllSame | None = Non
                       f"group filtering is enabled but algorithm.filter_groups.metric is null "
                       f"({'verl-recipe' if s.trainer == 'recipe' else 'verl ' + s.version} default)",
                       "verl 0.9.0 raises ValueError at start and the recipe trainer cannot look the metric up; "
-                      "verl 0.9.1 changed the default to `reward`, the shaped score", _FIX_ACC, "filter"))
+                      "verl 0.9.1 changed the default to `reward`, the shaped score", _FIX_ACC, "filter", _ACC_OV, _ACC_EXP))
     elif active and isinstance(metric, Unresolved):
         out.append(_f("PH001", "filter-on-shaped-metric", "warning", s, loc,
                       f"the filter metric comes from `{metric}`, which the audit cannot resolve; if it is score, "
                       "seq_reward, seq_final_reward or reward, the filter reads the shaped score", _WHY_PHANTOM,
-                      _FIX_ACC, "filter"))
+                      _FIX_ACC, "filter", _ACC_OV, _ACC_EXP))
     elif active and sig is not None:
         default = "" if s.is_set(m_key) else f" (the verl {s.version} default: unset here)"
         if sig.missing:
             out.append(_f("PH004", "filter-metric-missing", cap("error"), s, loc,
                           f"the filter reads `{metric}`{default}, which this reward does not produce: {sig.why}",
                           "verl raises at the first step ('Finished groups are missing DAPO metric' in 0.9.1, a "
-                          "KeyError in the recipe trainer)", _FIX_ACC, "filter"))
+                          "KeyError in the recipe trainer)", _FIX_ACC, "filter", _ACC_OV, _ACC_EXP))
         elif metric in SHAPED_METRICS and sig.shaped is not False:
             sev = cap("error") if sig.shaped else "warning"
             out.append(_f("PH001", "filter-on-shaped-metric", sev, s, loc,
                           f"the group filter reads `{metric}`{default}: {sig.why}; here it "
                           + ("carries the shaping" if sig.shaped else "may carry shaping (the audit cannot tell)"),
                           _WHY_PHANTOM, _FIX_ACC + "; or drop std normalization (algorithm."
-                          "norm_adv_by_std_in_grpo=False)", "filter"))
+                          "norm_adv_by_std_in_grpo=False)", "filter", _ACC_OV, _ACC_EXP))
         elif metric not in SHAPED_METRICS and sig.shaped is not False and metric != "acc":
             out.append(_f("PH003", "non-binary-acc", cap("error") if sig.shaped else "warning", s, loc,
                           f"the group filter reads `{metric}`: {sig.why}" +
                           ("" if sig.shaped else "; the audit cannot tell whether it is binary"),
-                          _WHY_PHANTOM, _FIX_ACC, "filter"))
+                          _WHY_PHANTOM, _FIX_ACC, "filter", _ACC_OV, _ACC_EXP))
     out += _acc_findings(s, f, active and metric == "acc", cap, loc)
     outcome_gate = active and sig is not None and sig.shaped is False and not sig.missing
     gate_unknown = active and not outcome_gate and (maybe or isinstance(metric, Unresolved)
@@ -212,7 +188,8 @@ def verl_findings(s: Settings, f: RewardFacts, *, all_same: AllSame | None = Non
                       f"the overlong buffer is enabled but reward.reward_manager.name="
                       f"{s.value('reward.reward_manager.name')}", "only verl's `dapo` reward manager applies the "
                       "overlong penalty; the other managers ignore reward_kwargs.overlong_buffer_cfg",
-                      "reward.reward_manager.name=dapo", "verl"))
+                      "reward.reward_manager.name=dapo", "verl", ("reward.reward_manager.name=dapo",),
+                      {"reward.reward_manager.name": "dapo"}))
     if f.composite is None:
         hint = f" (the config names {f.custom_path})" if isinstance(f.custom_path, str) else ""
         out.append(_f("PH050", "reward-shape-unknown", "info", s, "reward.custom_reward_function.path",
@@ -226,15 +203,21 @@ def verl_findings(s: Settings, f: RewardFacts, *, all_same: AllSame | None = Non
 def _acc_findings(s: Settings, f: RewardFacts, filter_reads_acc: bool, cap: Any, loc: str) -> list[Finding]:
     path_key = "reward.custom_reward_function.path"
     out = []
-    if f.returns == "float" and f.score_shaped:
-        sev = cap("error") if filter_reads_acc else "warning"
+    builtin = f.custom_path is None and f.builtin
+    spread_builtin = any(sc is not None and sc.failure_spread for _, sc in f.builtin)
+    if f.returns == "float" and f.score_shaped and (not builtin or spread_builtin):
+        sev = cap("error") if filter_reads_acc else ("info" if builtin else "warning")
         what = ("so algorithm.filter_groups.metric=acc filters on the shaped score" if filter_reads_acc else
                 "so val-core/<data_source>/acc reports the shaped score, not accuracy")
-        out.append(_f("PH002", "float-reward-acc", sev, s, path_key,
-                      f"the reward function returns a float that spreads among failures; verl then sets acc = "
-                      f"score, {what}", _WHY_PHANTOM if filter_reads_acc else
+        who = "verl's built-in scorer for this data returns a float" if builtin else \
+            "the reward function returns a float"
+        out.append(_f("PH002", "float-reward-acc", sev, s, "data.train_files" if builtin else path_key,
+                      f"{who} that spreads among failures; verl then sets acc = score, {what}",
+                      _WHY_PHANTOM if filter_reads_acc else
                       "a shaped `acc` hides the outcome from the filter, the validation headline and dashboards",
-                      "return a dict: {'score': shaped, 'acc': float(outcome)}", "filter"))
+                      "return a dict: {'score': shaped, 'acc': float(outcome)}" + (
+                          " from a custom reward function (reward.custom_reward_function.path) that wraps the "
+                          "built-in scorer" if builtin else ""), "filter"))
     elif f.returns in ("dict", "mixed") and f.acc_binary is False:
         out.append(_f("PH003", "non-binary-acc", cap("error") if filter_reads_acc else "warning", s, path_key,
                       "the reward dict's `acc` is not 0/1" + (", and the group filter reads it" if filter_reads_acc
@@ -249,70 +232,73 @@ def _acc_findings(s: Settings, f: RewardFacts, filter_reads_acc: bool, cap: Any,
     return out
 
 
+def _gdpo_keys(s: Settings) -> list[str] | None:
+    v = s.value("algorithm.gdpo_reward_keys")
+    if isinstance(v, str) and v.strip().startswith("["):
+        v = [x.strip().strip("'\"") for x in v.strip()[1:-1].split(",") if x.strip()]
+    return [str(x) for x in v] if isinstance(v, list) else None
+
+
 def _std_norm(s: Settings, f: RewardFacts, outcome_filter: bool, gate_unknown: bool) -> list[Finding]:
-    est_key = "algorithm.adv_estimator"
+    est_key, norm_key = "algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo"
     est = s.value(est_key)
     if isinstance(est, Unresolved) or est in OUTCOME_GATE_ESTIMATORS or outcome_filter:
         return []
-    if est not in GROUP_STD_ESTIMATORS or f.composite is False:
+    if est not in GROUP_STD_ESTIMATORS:
         return []
-    norm_key = "algorithm.norm_adv_by_std_in_grpo"
     norm = s.flag(norm_key)
+    loc = est_key if s.is_set(est_key) else norm_key
+    if est == "gdpo":
+        keys = _gdpo_keys(s) or []
+        shaping = [k for k in keys if _SHAPING_NAME.search(k)]
+        if shaping or (f.composite and not keys):
+            outcome = [k for k in keys if k not in shaping]
+            fix = (f"+algorithm.gdpo_reward_keys=[{','.join(outcome)}]",) if outcome else ()
+            return [_f("PH012", "gdpo-normalizes-shaping-key", "error", s,
+                       "algorithm.gdpo_reward_keys" if keys else loc,
+                       "adv_estimator=gdpo z-scores each reward key within its group"
+                       + (f", including the shaping key(s) {', '.join(shaping)}" if shaping else "")
+                       + " and whitens the sum; verl 0.9.1 passes it no norm_adv_by_std_in_grpo, so it always "
+                         "divides by the std",
+                       "in an all-fail group the accuracy key is flat but a format or length key still varies, and "
+                       "its z-score is a full-size advantage whatever its weight (the phantom, per reward key)",
+                       (f"{fix[0]} (outcome keys only), or " if fix else "") + "gate the shaping key on the "
+                       "outcome inside compute_score (0 format reward when the answer is wrong)", "estimators",
+                       fix, {"algorithm.gdpo_reward_keys": outcome} if fix else None)]
+    if f.composite is False:
+        if est in STD_ALWAYS_ESTIMATORS and norm is False:
+            return [_flag_ignored(s, est, "warning", "the reward is outcome-only, so no phantom, but the run is not "
+                                                     "the Dr. GRPO it asks for")]
+        return []
+    if est in STD_ALWAYS_ESTIMATORS and norm is False:
+        sev = "error" if f.composite and not gate_unknown else "warning"
+        return [_flag_ignored(s, est, sev, f"the reward is {f.verdict}, so all-fail groups with shaping spread "
+                                          "still get full-size advantages")]
     if norm is False:
         return []
     sev = "error" if f.composite and norm is True and not gate_unknown else "warning"
     gate = "the filter may or may not be an outcome gate" if gate_unknown else "no outcome gate is set"
-    return [_f("PH010", "std-norm-with-shaping", sev, s, est_key if s.is_set(est_key) else norm_key,
+    alt = " (with adv_estimator=grpo: grpo_vectorized ignores the flag in verl 0.9.1)" \
+        if est in STD_ALWAYS_ESTIMATORS else ""
+    overrides = ("algorithm.norm_adv_by_std_in_grpo=False",) + (
+        ("algorithm.adv_estimator=grpo",) if est in STD_ALWAYS_ESTIMATORS else ())
+    expect = {"algorithm.norm_adv_by_std_in_grpo": False, "algorithm.adv_estimator": "grpo" if alt else est}
+    return [_f("PH010", "std-norm-with-shaping", sev, s, loc,
                f"adv_estimator={est} divides each group by its std (norm_adv_by_std_in_grpo={norm}) while the "
                f"reward is {f.verdict} and {gate}",
                "an all-fail group that differs only by shaping gets advantages of about ±1 whatever λ is, as loud "
                "as a group with a real success (paper §9: ±1.4 with the std vs ±0.12 without)",
-               "algorithm.norm_adv_by_std_in_grpo=False (Dr. GRPO), or an outcome gate: "
+               " ".join(overrides) + f" (Dr. GRPO){alt}, or an outcome gate: "
                "algorithm.adv_estimator=phantom_grpo_outcome, or algorithm.filter_groups.enable=True with "
-               "metric=acc (binary acc)", "estimators")]
+               "metric=acc (binary acc)", "estimators", overrides, expect)]
 
 
-def trl_findings(s: Settings, f: RewardFacts) -> list[Finding]:
-    out = []
-    scale = s.value("scale_rewards")
-    agg = s.value("multi_objective_aggregation")
-    key = "scale_rewards" if s.is_set("scale_rewards") else "reward_funcs"
-    if f.composite is not False and not isinstance(scale, Unresolved):
-        funcs = ", ".join(t.name for t in f.trl_funcs if t.weight != 0) or "the reward"
-        if agg == "normalize_then_sum":
-            out.append(_f("PH020", "trl-shaping-group-scale", "warning", s, "multi_objective_aggregation",
-                          f"normalize_then_sum z-scores each reward function within its group ({funcs}); the "
-                          "shaping function stays O(1) in all-fail groups",
-                          "GDPO-style aggregation removes the correctness term from an all-fail group but keeps the "
-                          "shaping term at full size times its weight", "gate the shaping inside the reward "
-                          "function (return 0 shaping when the answer is wrong)", "rules"))
-        elif scale in ("group", True):
-            sev = "error" if f.composite else "warning"
-            out.append(_f("PH020", "trl-shaping-group-scale", sev, s, key,
-                          f"scale_rewards={scale!r} divides the summed reward ({funcs}) by each group's std, and TRL "
-                          f"has no group filter to drop all-fail groups; the reward is {f.verdict}",
-                          "in an all-fail group the summed reward still varies with the shaping terms, and dividing "
-                          "by the group std turns that variation into full-size advantages whatever the weights",
-                          "scale_rewards='none' with loss_type='dr_grpo' (Dr. GRPO), or gate the shaping inside the "
-                          "reward function (return 0 shaping when the answer is wrong)", "filter"))
-        elif scale == "batch":
-            out.append(_f("PH020", "trl-shaping-group-scale", "info", s, key,
-                          f"scale_rewards='batch' ({funcs}): phantom advantages are divided by the batch std, which "
-                          "mixed groups dominate, so they shrink but do not vanish",
-                          "batch scaling weakens the phantom without removing it",
-                          "scale_rewards='none', or gate the shaping inside the reward function", "rules"))
-    if f.composite is not False:
-        mentioned = "frac_reward_zero_std" in s.doc.mentions
-        out.append(_f("PH021", "trl-frac-reward-zero-std", "warning" if mentioned else "info", s,
-                      "reward_funcs", "TRL's frac_reward_zero_std is computed on the summed reward"
-                      + (", and this file reads it" if mentioned else ""),
-                      "under shaping an all-fail group has nonzero std, so this dead-group count misses exactly the "
-                      "phantom groups", "log a per-group outcome statistic (log_completions=True, or a callback "
-                      "counting groups whose correctness reward is all 0)", "filter"))
-    if s.value("mask_truncated_completions") is True:
-        out.append(_f("PH030", "mask-drop-no-refill", "info", s, "mask_truncated_completions",
-                      "mask_truncated_completions=True removes truncated completions from the loss without refill",
-                      "the token-mean loss is rescaled by 1/kept fraction, and masked completions still count in "
-                      "the group mean and std", "keep it if you want it; phantom groups are not affected by it",
-                      "what_not"))
-    return out
+def _flag_ignored(s: Settings, est: str, sev: str, consequence: str) -> Finding:
+    return _f("PH011", "std-norm-flag-ignored", sev, s, "algorithm.norm_adv_by_std_in_grpo",
+              f"norm_adv_by_std_in_grpo=False is ignored with adv_estimator={est} in verl 0.9.1: the run is still "
+              f"std-normalized; {consequence}",
+              "compute_advantage passes the flag only to the `grpo` branch; the generic branch calls "
+              f"compute_{est}_outcome_advantage without it, and its default is True (verl PR #7893, closed unmerged)",
+              "algorithm.adv_estimator=grpo (keeps norm_adv_by_std_in_grpo=False: Dr. GRPO)", "estimators",
+              ("algorithm.adv_estimator=grpo",),
+              {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": False})

@@ -1,217 +1,190 @@
-"""Read a verl launch script (bash) without running it.
+"""Read a launch script (bash) without running it: one audit per trainer command.
 
-Launch scripts such as verl-recipe's ``run_dapo_qwen2.5_32b.sh`` set shell variables
-(``filter_groups_metric=acc``, ``gen_prompt_bsz=$((train_prompt_bsz * 3))``) and pass them to
-``python3 -m verl.trainer.main_ppo`` or ``-m recipe.dapo.main_dapo`` as Hydra overrides spread
-over ``\\``-continued lines. This module expands the variables it can (plain assignments,
-``${VAR:-default}``, integer ``$((...))``) and keeps what it cannot (``$(cmd)``, positional
-arguments, unset variables) as :class:`~phantom.audit.model.Unresolved` values, so a rule can say
-"unknown" instead of guessing. Nothing is executed.
+:mod:`phantom.audit.bash` expands the script's words; this module finds the commands that start a
+trainer and turns their arguments into :class:`~phantom.audit.model.ConfigDoc` values:
+
+* verl: ``python3 -m verl.trainer.main_ppo``, ``-m recipe.dapo.main_dapo`` (and other verl-recipe
+  mains), a ``.../main_ppo.py`` path, behind ``ray job submit ... --``, ``torchrun``, ``uv run``,
+  ``nohup`` or an array (``"${LAUNCH[@]}" -m ...``). Hydra overrides follow the module.
+* TRL: ``trl grpo ...`` and GRPO training scripts (``accelerate launch src/open_r1/grpo.py --config
+  x.yaml``), whose ``--flag value`` arguments are ``GRPOConfig`` fields; a ``--config`` YAML that
+  exists next to the script is read underneath the flags.
+
+A value set from something unknown, or only in some ``if``/``case`` branches, is kept as
+:class:`~phantom.audit.model.Unresolved` with the reason, so a rule can say "depends on the
+environment" instead of guessing. Every document records what was read (:class:`ReadInfo`).
 """
 
 from __future__ import annotations
 
-import ast
-import operator
 import re
-import shlex
+from collections.abc import Callable
+from pathlib import Path
 
-from phantom.audit.model import ConfigDoc, InputError
-from phantom.audit.overrides import parse_override
+from phantom.audit.bash import Command, Field, interpret, parser_available
+from phantom.audit.model import ConfigDoc, Entry, InputError, ReadInfo, Unresolved
+from phantom.audit.overrides import parse_override, parse_value
 
-__all__ = ["read_shell", "expand"]
+__all__ = ["read_shell", "trainer_of"]
 
-#: A command that starts a verl trainer (core or verl-recipe).
-_TRAINER = re.compile(r"(?:^|[\s/])(?:-m\s+)?(verl\.trainer\.main_\w+|recipe\.[\w.]*main_\w+|main_(?:ppo|dapo)\w*(?:\.py)?)\b")
-_ASSIGN = re.compile(r"^\s*(?:export\s+|local\s+|readonly\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_]\w*)=(.*)$", re.S)
-_NAME = re.compile(r"[A-Za-z_]\w*")
-_PLACEHOLDER = "\x00"  # marks text that came from something the audit could not resolve
+_VERL_MODULE = re.compile(r"^(?:verl\.trainer\.main_ppo(?:_v0)?|verl\.trainer\.main_ppo_sync|recipe\.[\w.]*main_\w+|"
+                          r"verl\.experimental\.[\w.]*_main|[\w.]*\.main_(?:ppo|dapo)\w*)$")
+_VERL_PATH = re.compile(r"(?:^|/)(?:main_ppo|main_dapo|main_ppo_v0|fully_async_main)\.py$")
+_NOT_RL = re.compile(r"sft|main_generation|main_eval|model_merger|preprocess", re.I)
+_TRL_SCRIPT = re.compile(r"(?:^|/)[\w.-]*grpo[\w.-]*\.py$", re.I)
+_TRL_MODULE = re.compile(r"^(?:trl\.scripts\.grpo|open_r1\.grpo|[\w.]*grpo\w*)$", re.I)
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-        ast.Div: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
-
-
-def _arith(expr: str) -> int | None:
-    """Bash integer arithmetic on literals (``/`` is integer division); None if not that."""
-    try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError:
-        return None
-
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            return -ev(node.operand) if isinstance(node.op, ast.USub) else ev(node.operand)
-        raise ValueError(node)
-
-    try:
-        return int(ev(tree))
-    except (ValueError, ZeroDivisionError, TypeError):
-        return None
+Loader = Callable[[str], "ConfigDoc | None"]
 
 
-def _matching(s: str, start: int, open_: str, close: str) -> int:
-    """Index of the bracket closing the one opened just before ``start`` (-1 if none)."""
-    depth = 1
-    i = start
-    while i < len(s):
-        if s.startswith(open_, i):
-            depth += 1
-            i += len(open_)
+def trainer_of(argv: list[Field]) -> tuple[str, str, int] | None:
+    """``(kind, name, index of the first argument)`` of a trainer command, or None."""
+    words = [f.text for f in argv]
+    for i, w in enumerate(words):
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        if w == "-m" and _VERL_MODULE.match(nxt) and not _NOT_RL.search(nxt):
+            return "verl", nxt, i + 2
+        if _VERL_PATH.search(w) and not _NOT_RL.search(w):
+            return "verl", w, i + 1
+        if w == "trl" and nxt == "grpo":
+            return "trl", "trl grpo", i + 2
+        if w == "-m" and _TRL_MODULE.match(nxt) and "verl" not in nxt:
+            return "trl", nxt, i + 2
+        if _TRL_SCRIPT.search(w):
+            return "trl", w, i + 1
+    return None
+
+
+def _entrypoint(name: str) -> str:
+    return "recipe" if name.startswith("recipe.") or "/recipe/" in name or "main_dapo" in name else "main_ppo"
+
+
+def _value_of(f: Field, text: str) -> object:
+    if f.exact and not f.cond:
+        return parse_value(text)
+    return Unresolved(text, f.why or ("set only in an if/case branch" if f.cond else "unresolved"), f.options)
+
+
+def _verl_doc(path: str, cmd: Command, name: str, start: int, info: ReadInfo, load: Loader | None) -> ConfigDoc:
+    doc = ConfigDoc(path, "verl", "shell", entrypoint=_entrypoint(name))
+    words = cmd.argv[start:]
+    i = 0
+    while i < len(words):  # Hydra's own options: --config-path/--config-name (and -cp/-cn)
+        w = words[i].text
+        m = re.match(r"^(--config-path|--config-name|-cp|-cn)(?:=(.*))?$", w)
+        if m:
+            value = m.group(2) if m.group(2) is not None else (words[i + 1].text if i + 1 < len(words) else "")
+            info.notes.append(f"the command names its own Hydra config ({m.group(1)} {value}): keys it sets are "
+                              "read only from the overrides here; audit that YAML too")
+            i += 1 if m.group(2) is not None else 2
             continue
-        if s.startswith(close, i):
-            depth -= 1
-            if depth == 0:
-                return i
-            i += len(close)
-            continue
+        entry = parse_override(w, path, words[i].line or cmd.line, trusted=True, strict=False)
+        if entry is not None:
+            f = words[i]
+            if not f.exact or f.cond:
+                raw_value = w.split("=", 1)[1] if "=" in w else ""
+                entry = Entry(entry.key, _value_of(f, raw_value), path, entry.line, w)
+                (info.conditional if f.cond else info.unresolved).append(entry.key)
+            doc.set(entry)
+            info.overrides += 1
         i += 1
-    return -1
-
-
-def expand(text: str, env: dict[str, str | None]) -> str:
-    """Expand ``$var``, ``${var}``, ``${var:-default}``, ``$((expr))``; strip ``# comments``.
-
-    Single-quoted text is left alone, as bash does. Anything unresolvable is kept as written,
-    prefixed with a NUL marker so callers can tell a resolved value from a guess.
-    """
-    out: list[str] = []
-    i, n = 0, len(text)
-    single = double = False
-    while i < n:
-        c = text[i]
-        if c == "\\" and not single and i + 1 < n:
-            out.append(text[i:i + 2])
-            i += 2
-            continue
-        if c == "'" and not double:
-            single = not single
-        elif c == '"' and not single:
-            double = not double
-        elif c == "#" and not single and not double and (i == 0 or text[i - 1].isspace()):
-            break  # a comment runs to the end of the line
-        elif c == "$" and not single and i + 1 < n:
-            if text.startswith("$((", i):
-                end = _matching(text, i + 3, "((", "))")
-                if end > 0:
-                    inner = expand(text[i + 3:end], env)
-                    inner = _NAME.sub(lambda m: str(env.get(m.group(0)) or 0) if env.get(m.group(0)) is not None
-                                      else _PLACEHOLDER + m.group(0), inner)
-                    value = None if _PLACEHOLDER in inner else _arith(inner)
-                    out.append(str(value) if value is not None else _PLACEHOLDER + text[i:end + 2])
-                    i = end + 2
-                    continue
-            if text.startswith("$(", i):
-                end = _matching(text, i + 2, "(", ")")
-                end = n - 1 if end < 0 else end
-                out.append(_PLACEHOLDER + text[i:end + 1])
-                i = end + 1
-                continue
-            if text[i + 1] == "{":
-                end = _matching(text, i + 2, "{", "}")
-                if end > 0:
-                    out.append(_brace(text[i + 2:end], env, text[i:end + 1]))
-                    i = end + 1
-                    continue
-            m = _NAME.match(text, i + 1)
-            if m:
-                value = env.get(m.group(0))
-                out.append(value if value is not None else _PLACEHOLDER + m.group(0).join("${}"))
-                i = m.end()
-                continue
-            if text[i + 1] in "@*#?0123456789":
-                out.append(_PLACEHOLDER + text[i:i + 2])
-                i += 2
-                continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def _brace(body: str, env: dict[str, str | None], whole: str) -> str:
-    m = re.fullmatch(r"([A-Za-z_]\w*)(?:(:?[-=])(.*))?", body, re.S)
-    if not m:
-        return _PLACEHOLDER + whole
-    name, op, default = m.groups()
-    value = env.get(name)
-    if op is not None and (value is None or (op.startswith(":") and value == "")):
-        return expand(default, env)
-    return value if value is not None else _PLACEHOLDER + whole
-
-
-def _logical_lines(text: str) -> list[list[tuple[int, str]]]:
-    """Physical lines grouped into commands joined by trailing backslashes."""
-    groups: list[list[tuple[int, str]]] = []
-    current: list[tuple[int, str]] = []
-    for no, line in enumerate(text.splitlines(), start=1):
-        body = line.rstrip()
-        cont = body.endswith("\\") and not body.endswith("\\\\")
-        current.append((no, body[:-1] if cont else body))
-        if not cont:
-            groups.append(current)
-            current = []
-    if current:
-        groups.append(current)
-    return groups
-
-
-def _split(path: str, line: int, text: str) -> list[str]:
-    try:
-        return shlex.split(text, comments=False, posix=True)
-    except ValueError as exc:
-        raise InputError(path, f"cannot split this shell line ({exc}); check its quotes", line) from None
-
-
-def _assignment_value(path: str, line: int, raw: str, env: dict[str, str | None]) -> str | None:
-    words = _split(path, line, expand(raw, env))
-    if len(words) > 1:
-        return None
-    value = words[0] if words else ""
-    return None if _PLACEHOLDER in value else value
-
-
-def read_shell(path: str, text: str) -> ConfigDoc:
-    """Hydra overrides passed to the verl trainer command(s) of a launch script."""
-    env: dict[str, str | None] = {}
-    doc = ConfigDoc(path, "verl", "shell")
-    found = False
-    for group in _logical_lines(text):
-        joined = " ".join(seg for _, seg in group)
-        head = joined.strip()
-        if not head or head.startswith("#"):
-            continue
-        trainer = _TRAINER.search(expand(joined, env).replace(_PLACEHOLDER, ""))
-        if trainer is None:
-            m = _ASSIGN.match(joined)
-            if m and not m.group(2).lstrip().startswith("("):  # skip bash arrays
-                env[m.group(1)] = _assignment_value(path, group[0][0], m.group(2), env)
-            continue
-        found = True
-        module = trainer.group(1)
-        doc.entrypoint = "recipe" if ("recipe" in module or "dapo" in module) else "main_ppo"
-        for line, seg in _tokens_by_line(path, group, env):
-            for word in seg:
-                entry = parse_override(word.replace(_PLACEHOLDER, ""), path, line, trusted=_PLACEHOLDER not in word,
-                                       strict=False)
-                if entry is not None:
-                    doc.set(entry)
-    if not found:
-        raise InputError(path, "no verl trainer command found (looked for `python -m verl.trainer.main_ppo` "
-                               "or a verl-recipe `main_dapo`); pass the override list instead")
     return doc
 
 
-def _tokens_by_line(path: str, group: list[tuple[int, str]], env: dict[str, str | None]) -> list[tuple[int, list[str]]]:
-    """Words of a command with the physical line each starts on."""
-    try:
-        return [(no, shlex.split(expand(seg, env), posix=True)) for no, seg in group]
-    except ValueError:
-        # a quoted word spans lines: split the whole command and credit its first line
-        joined = " ".join(seg for _, seg in group)
-        return [(group[0][0], _split(path, group[0][0], expand(joined, env)))]
+def _trl_doc(path: str, cmd: Command, name: str, start: int, info: ReadInfo, load: Loader | None) -> ConfigDoc:
+    doc = ConfigDoc(path, "trl", "shell")
+    words = cmd.argv[start:]
+    flags: list[tuple[str, list[Field], int]] = []
+    for f in words:
+        if f.text.startswith("--") and len(f.text) > 2:
+            key, eq, val = f.text[2:].partition("=")
+            flags.append((key.replace("-", "_"), [Field(val, f.exact, f.cond, f.why, f.line, f.options)] if eq else [],
+                          f.line or cmd.line))
+        elif flags:
+            flags[-1][1].append(f)
+    for key, vals, line in flags:
+        if key == "config" and vals:
+            cfg = vals[0].text
+            base = load(cfg) if (load is not None and vals[0].exact) else None
+            if base is not None:
+                info.notes.append(f"read the TRL config {cfg} underneath the command's flags")
+                for e in base.entries.values():
+                    doc.set(e)
+                doc.mentions |= base.mentions
+                info.overrides += len(base.entries)
+            else:
+                info.notes.append(f"the TRL config {cfg} was not found next to the script: audit that file too")
+            continue
+        if not vals:
+            value: object = True
+        elif len(vals) == 1:
+            value = _value_of(vals[0], vals[0].text)
+        else:
+            value = [v.text for v in vals] if all(v.exact and not v.cond for v in vals) else Unresolved(
+                " ".join(v.text for v in vals), "unresolved")
+        if isinstance(value, Unresolved):
+            (info.conditional if any(v.cond for v in vals) else info.unresolved).append(key)
+        doc.set(Entry(key, value, path, line, f"--{key} " + " ".join(v.text for v in vals)))
+        info.overrides += 1
+    return doc
 
+
+def _describe(cmd: Command, name: str) -> str:
+    words = [f.text for f in cmd.argv]
+    head = " ".join(words[: next((i for i, w in enumerate(words) if name in w), 0) + 1])
+    return head if len(head) < 100 else head[:97] + "..."
+
+
+def read_shell(path: str, text: str, load: Loader | None = None) -> list[ConfigDoc]:
+    """One :class:`ConfigDoc` per trainer command in the script (InputError if there is none)."""
+    missing = parser_available()
+    if missing:
+        raise InputError(path, missing)
+    script = interpret(text)
+    if script.open_quote is not None:
+        raise InputError(path, f"the quote opened on line {script.open_quote} never closes, so bash refuses the "
+                               "script; check its quotes", script.open_quote)
+    found = [(c, t) for c in script.commands if (t := trainer_of(c.argv)) is not None]
+    notes = list(script.notes)
+    if script.errors:
+        notes.append(f"bash syntax error(s) near line {', '.join(map(str, script.errors[:5]))}; the rest was read")
+    if script.heredocs:
+        notes.append(f"{script.heredocs} heredoc(s) read as text, not as commands")
+    if not found:
+        names = sorted({c.argv[0].text for c in script.commands if c.argv})[:8]
+        raise InputError(path, f"no trainer command found among {len(script.commands)} command(s) "
+                               f"({', '.join(names) or 'none'}); looked for verl's main_ppo / a verl-recipe main "
+                               "(python -m, torchrun, ray job submit -- ...), `trl grpo` or a GRPO training script")
+    docs = []
+    for n, (cmd, (kind, name, start)) in enumerate(found, 1):
+        label = f"command {n} of {len(found)}, line {cmd.line}" if len(found) > 1 else f"line {cmd.line}"
+        info = ReadInfo(f"{label}: {_describe(cmd, name)}", commands=len(script.commands),
+                        trainer_commands=len(found), caller_args=cmd.caller_args, notes=list(notes), line=cmd.line,
+                        context=cmd.context + ("; inside an if/case/loop" if cmd.cond and not cmd.context else ""))
+        build = _verl_doc if kind == "verl" else _trl_doc
+        doc = build(path, cmd, name, start, info, load)
+        doc.read = info
+        doc.label = label + (f" [{cmd.context}]" if cmd.context else "") if len(found) > 1 or cmd.context else None
+        if cmd.caller_args:
+            info.notes.append("the command also passes the script's own arguments (\"$@\"): overrides given at "
+                              "launch are not in the file")
+        docs.append(doc)
+    return docs
+
+
+def script_dir_loader(script: str, read: Callable[[str], ConfigDoc]) -> Loader:
+    """A loader for config files a command names: relative to the cwd, the script's folder or its parents."""
+    base = Path(script).resolve().parent
+
+    def load(name: str) -> ConfigDoc | None:
+        cands = [Path(name)] if Path(name).is_absolute() else [Path.cwd() / name] + [
+            p / name for p in [base, *list(base.parents)[:3]]]
+        for c in cands:
+            if c.is_file():
+                try:
+                    return read(str(c))
+                except InputError:
+                    return None
+        return None
+
+    return load
