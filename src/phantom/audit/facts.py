@@ -35,11 +35,15 @@ OUTCOME_GATE_ESTIMATORS = frozenset({"phantom_grpo_outcome"})
 PHANTOM_REWARD = "pkg://phantom.verl.reward"
 _COEF = re.compile(r"^(lam|lambda|lmbda|alpha|coef\w*|\w*_coef\w*|\w*weight\w*|\w*penalty\w*|\w*bonus\w*|"
                    r"format_score|len\w*|\w*_len\w*|\w*length\w*)$", re.I)
-TRL_BINARY = frozenset({"accuracy_reward", "accuracy", "reasoning_accuracy_reward"})
+TRL_BINARY = frozenset({"accuracy_reward", "accuracy", "reasoning_accuracy_reward", "binary_code",
+                        "binary_code_reward"})
 TRL_SHAPING = frozenset({"think_format_reward", "get_soft_overlong_punishment", "soft_overlong_punishment",
                          "format", "format_reward", "tag_count", "tag_count_reward", "reasoning_steps",
                          "reasoning_steps_reward", "cosine", "get_cosine_scaled_reward", "repetition_penalty",
-                         "get_repetition_penalty_reward", "length", "len_reward"})
+                         "get_repetition_penalty_reward", "length", "len_reward",
+                         # open-r1's code rewards: the fraction of test cases passed (partial credit)
+                         "code", "code_reward", "ioi_code", "ioi_code_reward", "cf_code", "cf_code_reward",
+                         "code_format", "get_code_format_reward"})
 _SHAPING_NAME = re.compile(r"format|length|(^|_)len(_|$)|penalty|cosine|tag|steps|repetition|overlong|bonus|"
                            r"brevity|concise|style", re.I)
 _BINARY_NAME = re.compile(r"accuracy|correct|exact_match", re.I)

@@ -141,6 +141,9 @@ class ConfigDoc:
 
     def set(self, entry: Entry) -> None:
         self.entries[entry.key] = entry
+        if isinstance(entry.value, dict) and entry.value:  # `algorithm.filter_groups={enable: True, ...}`
+            for k, v in entry.value.items():
+                self.set(Entry(f"{entry.key}.{k}", v, entry.file, entry.line, entry.raw))
 
     def merged(self, other: ConfigDoc) -> ConfigDoc:
         """``other`` layered on top of this one (Hydra semantics: later values win)."""

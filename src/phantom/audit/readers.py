@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ TRL_KEYS = frozenset({"reward_funcs", "reward_weights", "scale_rewards", "loss_t
                       "multi_objective_aggregation", "mask_truncated_completions", "max_completion_length",
                       "epsilon_high", "importance_sampling_level", "use_vllm", "reward_model_name_or_path",
                       "beta", "num_iterations", "generation_batch_size"})
-_TRL_CALLS = ("GRPOConfig", "GRPOTrainer")
+_TRL_CALL = re.compile(r"GRPO\w*(Config|Trainer)$")  # GRPOConfig, AsyncGRPOTrainer, GRPOWithReplayBufferConfig
 
 
 def read_config(path: str, *, kind: str | None = None) -> ConfigDoc:
@@ -86,7 +87,7 @@ def _read(path: str, text: str, kind: str | None) -> list[ConfigDoc]:
 def _counted(doc: ConfigDoc, what: str) -> ConfigDoc:
     n = len(doc.entries)
     unresolved = [k for k, e in doc.entries.items() if isinstance(e.value, Unresolved)]
-    doc.read = ReadInfo(f"{what}: {n} value(s)", overrides=n, unresolved=unresolved)
+    doc.read = ReadInfo(what, overrides=n, unresolved=unresolved)
     return doc
 
 
@@ -283,10 +284,10 @@ def read_python(path: str, text: str) -> ConfigDoc:
             doc.mentions.add("async_grpo")
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and "frac_reward_zero_std" in node.value:
             doc.mentions.add("frac_reward_zero_std")
-        if not isinstance(node, ast.Call) or not _call_name(node.func).endswith(_TRL_CALLS):
+        if not isinstance(node, ast.Call) or not _TRL_CALL.search(_call_name(node.func)):
             continue
         seen = True
-        is_trainer = _call_name(node.func).endswith("GRPOTrainer")
+        is_trainer = _call_name(node.func).endswith("Trainer")
         for kw in node.keywords:
             if kw.arg is None:  # GRPOConfig(**settings): read a module-level dict literal
                 value = _literal(kw.value, assigns, text)

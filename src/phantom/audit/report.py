@@ -135,17 +135,21 @@ def render_sarif(rep: Report) -> str:
 
 
 def _wrap(label: str, text: str) -> list[str]:
-    out = []
+    """Wrap prose; print code lines of a fix (``from x import y``, ``a = f(...)``) as they are."""
+    out, pad = [], " " * (6 + len(label))
     for i, para in enumerate(text.split("\n")):
-        out += textwrap.wrap(para, width=104, initial_indent=f"      {label}" if i == 0 else " " * (6 + len(label)),
-                             subsequent_indent=" " * (6 + len(label))) or [""]
+        if i and ("(" in para and "=" in para or para.startswith(("from ", "import "))):
+            out.append(pad + para)
+            continue
+        out += textwrap.wrap(para, width=104, initial_indent=f"      {label}" if i == 0 else pad,
+                             subsequent_indent=pad) or [""]
     return out
 
 
 def _read_line(r: ReadInfo) -> list[str]:
     parts = [r.source] if r.source else []
-    if r.trainer_commands > 1 or r.commands:
-        parts.append(f"{r.trainer_commands} trainer command(s) among {r.commands}")
+    if r.commands:
+        parts.append(f"{r.trainer_commands} trainer command(s) among {r.commands} command(s)")
     parts.append(f"{r.overrides} value(s) read")
     if r.unresolved:
         parts.append(f"unresolved: {', '.join(r.unresolved[:6])}" + (" ..." if len(r.unresolved) > 6 else ""))

@@ -62,6 +62,14 @@ def trl_findings(s: Settings, f: RewardFacts, trl_version: str | None = None) ->
                       "switch: the most phantom-prone trainer in TRL",
                       "gate the shaping on the outcome in the reward itself, or train with GRPOTrainer and "
                       + _gate_fix(f, scale_text), "filter"))
+    if f.composite is not False and isinstance(scale, Unresolved) and "async_grpo" not in s.doc.mentions:
+        out.append(_f("PH020", "trl-shaping-group-scale", "warning", s, key,
+                      f"scale_rewards comes from `{scale}`, which the audit cannot resolve"
+                      + (f" ({scale.why})" if scale.why else "") + f"; with 'group' (TRL's default) and this "
+                      f"reward ({funcs}, {f.verdict}) all-fail groups get full-size advantages",
+                      "in an all-fail group the reward still varies with the shaping terms, and dividing by the "
+                      "group std turns that variation into full-size advantages", _gate_fix(f, scale_text), "filter",
+                      scale_kwargs))
     if f.composite is not False and not isinstance(scale, Unresolved) and "async_grpo" not in s.doc.mentions:
         what = (f"the one reward function ({funcs}) gives different scores to different failures" if single else
                 f"the summed reward ({funcs}) spreads among failures")
