@@ -101,8 +101,10 @@ def _refill(s: Settings, measured: AllSame | None, filter_on: bool | None, shape
         return [_f("PH032", "max-num-gen-batches-ignored", "info", s, m_key,
                    f"max_num_gen_batches={m} is ignored by verl 0.9.1's V1 trainer (it refills without a cap)" + extra,
                    "V1 refills each evicted group from replay-buffer credits, so this cap does not bound generation",
-                   "algorithm.filter_groups.max_inflight_gen_batches=<n> bounds concurrent generation instead",
-                   "filter")]
+                   "algorithm.filter_groups.max_inflight_gen_batches=3 bounds concurrent generation instead "
+                   "(up to 3 x train_batch_size prompts in flight; pick your own n)", "filter",
+                   ("algorithm.filter_groups.max_inflight_gen_batches=3",),
+                   {"algorithm.filter_groups.max_inflight_gen_batches": 3})]
     if frac is None or m is None or m <= 0:
         return []
     from phantom.audit.exposure import refill_estimate  # torch-free
@@ -124,7 +126,9 @@ def _refill(s: Settings, measured: AllSame | None, filter_on: bool | None, shape
                "the recipe trainer raises `num_gen_batches >= max_num_gen_batches` and stops the run when the "
                "cap is hit; outcome filtering drops more groups than score filtering, so it needs more batches",
                f"algorithm.filter_groups.max_num_gen_batches={max(est.suggest, m + 1)} (or 0 for no cap), or a "
-               "larger data.gen_batch_size", "filter")]
+               "larger data.gen_batch_size", "filter",
+               (f"algorithm.filter_groups.max_num_gen_batches={max(est.suggest, m + 1)}",),
+               {"algorithm.filter_groups.max_num_gen_batches": max(est.suggest, m + 1)})]
 
 
 def verl_findings(s: Settings, f: RewardFacts, *, all_same: AllSame | None = None) -> list[Finding]:
@@ -136,7 +140,8 @@ def verl_findings(s: Settings, f: RewardFacts, *, all_same: AllSame | None = Non
         out.append(_f("PH006", "filter-ignored-legacy-trainer", "warning", s, "trainer.use_v1",
                       "group filtering is enabled but trainer.use_v1=False runs the legacy trainer, which has no "
                       "group filter", "the filter you configured never runs, so dead and phantom groups all train",
-                      "trainer.use_v1=True (the 0.9.x default), or verl-recipe's DAPO trainer", "verl"))
+                      "trainer.use_v1=True (the 0.9.x default), or verl-recipe's DAPO trainer", "verl",
+                      ("trainer.use_v1=True",), {"trainer.use_v1": True}))
         enabled = False
     metric = s.value(m_key)
     sig = metric_signal(metric, s, f) if metric is not None else None
