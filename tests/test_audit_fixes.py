@@ -195,7 +195,7 @@ def test_trl_fixes_construct_grpo_config(grpo_config, tmp_path):
 
 def test_recorded_field_table_is_trls(grpo_config):
     fields = {f.name: f for f in dataclasses.fields(grpo_config)}
-    for name, (typ, default, allowed) in GRPO_FIELDS.items():
+    for name, (typ, default, _allowed) in GRPO_FIELDS.items():
         assert name in fields, name
         t = fields[name].type
         assert (t.__name__ if isinstance(t, type) else str(t).replace("typing.", "")) == typ, name

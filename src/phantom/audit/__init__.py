@@ -120,7 +120,7 @@ def audit(paths: Sequence[str], *, reward_fns: Sequence[str] = (), shaped: bool 
         try:
             docs += read_configs(p, kind=kind)
         except InputError as exc:
-            if skip_non_trainer and exc.message.startswith("no trainer command found"):
+            if skip_non_trainer and exc.message.startswith(("no trainer command found", "not a verl or TRL config")):
                 report.skipped.append((p, exc.message))
                 continue
             docs.append(InputReport(p, error=exc))
@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="lowest severity that makes the exit code 1 (default: warning)")
     ap.add_argument("--ignore", action="append", default=[], metavar="RULE", help="skip a rule id, e.g. PH021")
     ap.add_argument("--skip-non-trainer", action="store_true",
-                    help="skip shell scripts that start no trainer instead of failing (for pre-commit globs)")
+                    help="skip shell scripts that start no trainer and YAML/JSON that is no verl/TRL config "
+                         "instead of failing (for pre-commit globs)")
     args = ap.parse_args(argv)
     measured = None
     if args.all_same_frac is not None:

@@ -10,7 +10,6 @@ has spread) and whether a dict result carries a binary ``acc`` (verl's float fal
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import importlib.util
@@ -224,6 +223,8 @@ def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         kwargs = {k: v for k, v in kwargs.items() if k in params}
     out = fn(**kwargs)
     if inspect.isawaitable(out):
+        import asyncio  # only for async reward functions (verl accepts them); costs 0.1 s to import
+
         out = asyncio.run(_await(out))
     return out
 
