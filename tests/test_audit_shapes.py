@@ -102,6 +102,9 @@ def test_arrays_are_read_with_their_values():
     assert inp.read.overrides == 14 and inp.read.caller_args
     rep = audit([str(SHAPES / "case_branch_norm.sh")])
     assert "algorithm.norm_adv_by_std_in_grpo" in rep.inputs[0].read.conditional
+    text = (SHAPES / "arrays_append_filter_score.sh").read_text().splitlines()
+    f = next(f for f in audit([str(SHAPES / "arrays_append_filter_score.sh")]).findings if f.rule == "PH001")
+    assert text[f.line - 1].strip() == "algorithm.filter_groups.metric=score"  # the array element's line
 
 
 def test_branch_value_depends_on_the_environment():

@@ -90,6 +90,7 @@ class _Part:
     why: str = ""
     options: tuple[str, ...] = ()
     fields: list[Field] | None = None  # "${A[@]}": already separate words
+    line: int = 0  # where an array element was written (0: where the word is)
 
 
 def _join(parts: list[_Part], line: int) -> list[Field]:
@@ -102,7 +103,7 @@ def _join(parts: list[_Part], line: int) -> list[Field]:
         nonlocal cur, started
         if started:
             out.append(Field("".join(p.text for p in cur), all(p.exact for p in cur), any(p.cond for p in cur),
-                             next((p.why for p in cur if p.why), ""), line,
+                             next((p.why for p in cur if p.why), ""), next((p.line for p in cur if p.line), line),
                              next((p.options for p in cur if p.options), ())))
         cur, started = [], False
 
@@ -111,7 +112,7 @@ def _join(parts: list[_Part], line: int) -> list[Field]:
             for i, f in enumerate(p.fields):
                 if i:
                     flush()
-                cur.append(_Part(f.text, False, f.exact, f.cond, f.why, f.options))
+                cur.append(_Part(f.text, False, f.exact, f.cond, f.why, f.options, line=f.line))
                 started = True
             continue
         if not p.split:
