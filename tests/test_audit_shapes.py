@@ -49,6 +49,7 @@ EXPECTED: dict[str, tuple[int, list[dict[str, str]]]] = {
     "nohup_background_dapo_acc.sh": (0, [{}]),
     "unknown_source_grpo.sh": (1, [{"PH010": W, "PH050": I}]),
     "no_trainer.sh": (2, []),
+    "reward_model_rlhf.sh": (0, [{}]),  # a reward model: no outcome, so no phantom
     # verl YAML
     "verl_merge_keys.yaml": (1, [{"PH001": E, "PH010": E}]),
     "verl_oc_env.yaml": (1, [{"PH001": W, "PH010": W}]),
@@ -68,6 +69,7 @@ EXPECTED: dict[str, tuple[int, list[dict[str, str]]]] = {
     "trl_bool_scale_false.yaml": (0, [{"PH021": I}]),
     "trl_normalize_then_sum.json": (1, [{"PH020": E, "PH021": I}]),
     "trl_env_kwargs.py": (1, [{"PH020": W, "PH021": I}]),
+    "trl_dpo_not_grpo.yaml": (2, []),  # TRL, but not GRPO: refused, not "clean"
 }
 _RANK = {E: 0, W: 1, I: 2}
 

@@ -46,6 +46,10 @@ __all__ = ["BOOK", "AllSame", "Finding", "InputError", "Report", "RewardFacts", 
            "metric_signal", "read_config", "read_configs"]
 
 _PROBE_SOURCE = "openai/gsm8k"
+#: keys only a GRPO config has (TRL's DPO/SFT configs share beta, max_completion_length, use_vllm, ...)
+_GRPO_KEYS = frozenset({"reward_funcs", "reward_weights", "scale_rewards", "num_generations",
+                        "multi_objective_aggregation", "mask_truncated_completions", "importance_sampling_level",
+                        "epsilon_high", "generation_batch_size", "num_iterations", "reward_model_name_or_path"})
 
 
 def audit_doc(doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None = None,
@@ -69,6 +73,9 @@ def audit_doc(doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None 
         rep.facts = lab_facts(s, shaped)
         rep.findings = lab_findings(s, rep.facts, all_same=all_same)
     else:
+        if not (set(doc.entries) & _GRPO_KEYS) and not doc.mentions & {"async_grpo", "grpo_with_replay_buffer"}:
+            raise InputError(doc.path, "a TRL config without GRPO settings (none of "
+                                       f"{', '.join(sorted(_GRPO_KEYS))}): not a GRPO run, nothing to audit")
         rep.trainer = "trl" + (" (AsyncGRPO)" if "async_grpo" in doc.mentions else "")
         probes = {}
         for fn, label in reward_fns:
@@ -143,6 +150,9 @@ def audit(paths: Sequence[str], *, reward_fns: Sequence[str] = (), shaped: bool 
                             all_same=all_same, data_source=data_source, trl_version=trl_version,
                             probes_out=report.probes)
         except InputError as exc:
+            if skip_non_trainer and exc.message.startswith("a TRL config without GRPO settings"):
+                report.skipped.append((d.path, exc.message))
+                continue
             rep = InputReport(d.path, d.kind, d.form, error=exc, label=d.label, read=d.read)
         except Exception as exc:  # noqa: BLE001
             rep = _internal(d.path, exc)

@@ -152,6 +152,13 @@ def verl_facts(s: Settings, probe: ProbeResult | None = None, shaped: bool | Non
     path = s.value(path_key)
     f.custom_path = path
     kwargs = _kwargs(s)
+    rm_key = "reward.reward_model.enable"
+    if path is None and s.flag(rm_key) and shaped is None and probe is None:
+        f.score_shaped, f.composite = False, False
+        f.evidence.append(Evidence("a reward model scores the responses: a continuous preference score with no "
+                                   "pass/fail outcome, so there are no all-fail groups for shaping to revive (the "
+                                   "audit's rules are about outcome rewards)", rm_key, _where(s, rm_key)))
+        return f
     if path is None:
         _builtin(s, f, data_source)
     elif isinstance(path, str) and (path == PHANTOM_REWARD or path.endswith("phantom/verl/reward.py")):

@@ -74,7 +74,7 @@ _VERL_TYPES: dict[str, tuple[str, bool]] = {  # key -> (type, None allowed)
     "algorithm.filter_groups.max_inflight_gen_batches": (_INT, False),
     "algorithm.norm_adv_by_std_in_grpo": (_BOOL, False),
     "algorithm.use_kl_in_reward": (_BOOL, False),
-    "algorithm.adv_estimator": (_STR, False),
+    "algorithm.adv_estimator": (_STR, True),
     "trainer.use_v1": (_BOOL, False),
     "trainer.total_training_steps": (_INT, True),
     "data.train_batch_size": (_INT, False),

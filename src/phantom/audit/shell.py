@@ -27,7 +27,7 @@ from phantom.audit.overrides import parse_override, parse_value
 
 __all__ = ["read_shell", "trainer_of"]
 
-_VERL_MODULE = re.compile(r"^(?:verl\.trainer\.main_ppo(?:_v0)?|verl\.trainer\.main_ppo_sync|recipe\.[\w.]*main_\w+|"
+_VERL_MODULE = re.compile(r"^(?:verl\.trainer\.main_ppo(?:_v0)?|verl\.trainer\.main_ppo_sync|recipe\.[\w.]*?(?:\.main\w*|main_\w+)|"
                           r"verl\.experimental\.[\w.]*_main|[\w.]*\.main_(?:ppo|dapo)\w*)$")
 _VERL_PATH = re.compile(r"(?:^|/)(?:main_ppo|main_dapo|main_ppo_v0|fully_async_main)\.py$")
 _NOT_RL = re.compile(r"sft|main_generation|main_eval|model_merger|preprocess", re.I)
