@@ -23,7 +23,7 @@ __all__ = ["MAX_BYTES", "TextNotes", "read_text", "clean_text"]
 #: Largest input read (bytes). verl/TRL configs and launch scripts are kilobytes: the largest public
 #: verl launch script we surveyed is under 10 kB, verl's fully composed ppo_trainer config 35 kB.
 #: benchmarks/bench_audit.py shows the audit answers in well under 2 s of CPU at this size (YAML
-#: is the slow form: about 2 s of CPU per MiB), and refuses a 50 MB file at once.
+#: is the slow form: about 2.5 s of CPU per MiB), and refuses a 50 MB file at once.
 MAX_BYTES = 512 * 1024
 _ANSI = re.compile(r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
