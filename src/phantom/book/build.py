@@ -105,10 +105,13 @@ def chapter_main(argv: Sequence[str] | None = None) -> int:
     if res.claims:
         records = {chapter.stem: res.claims}
         log(claims_report(records))
-        if failed_claims(records):
+        if failed_claims(records) and not args.parameter:
             print(f"phantom chapter: {chapter.stem} states claims its data do not support (see above and the "
                   "'Not reproduced in this build' boxes in the notebook)", file=sys.stderr)
             return 1
+        if failed_claims(records):  # the prose describes the default parameters; other values may differ
+            log(f"{len(failed_claims(records))} claim(s) do not hold at these parameters; the notebook shows "
+                "where (the prose states the defaults' results)")
     return 0
 
 
