@@ -141,8 +141,9 @@ def _open(browser, url: str):
     context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
     page = context.new_page()
     log = PageLog(context, page)
-    page.goto(url, wait_until="load", timeout=60_000)
-    page.wait_for_load_state("networkidle", timeout=30_000)
+    # generous limits: on a shared 2-core machine under `nice` a heavy page can take a minute to load
+    page.goto(url, wait_until="load", timeout=180_000)
+    page.wait_for_load_state("networkidle", timeout=60_000)
     page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise ? MathJax.startup.promise : null")
     page.wait_for_timeout(300)
     return context, page, log
