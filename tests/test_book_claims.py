@@ -95,8 +95,8 @@ def test_claims_record_status_by_profile_and_validate_input(monkeypatch, capsys)
     monkeypatch.delenv("PHANTOM_PROFILE", raising=False)
     c = Claims()
     assert c.profile == "full" and c.checked
-    assert c.check("a", True, claim="a holds", data={"v": 1.0}) is True
-    assert c.check("b", 0, claim="b holds") is False
+    assert c.check("a", True, claim="a holds", data={"v": 1.0}) is None  # a cell's last line prints nothing
+    c.check("b", 0, claim="b holds")
     assert [r["status"] for r in c.records] == ["holds", "fails"]
     with pytest.raises(ValueError, match="checked twice"):
         c.check("a", True, claim="again")
@@ -196,6 +196,7 @@ def test_a_false_claim_fails_the_full_build_but_the_book_is_built(tmp_path):
     assert "One plus one is three" in false_page, "the prose is the same whatever the data"
     assert "phantom-claim-failed" not in true_page and "not checked" not in true_page
     assert "claims.check" not in true_page + false_page, "the checking cells are hidden"
+    assert not re.search(r">\s*(True|False)\s*<", true_page + false_page), "a check prints no value"
     status = json.loads((root / "_build" / "phantom" / "last_build.json").read_text())
     assert status["status"] == "ok" and status["claims_failed"] == 1
     recorded = json.loads((root / "_build" / "phantom" / "claims.json").read_text())

@@ -144,7 +144,7 @@ class Claims:
             self._display({"text/html": _notice_html(self.profile),
                            "text/plain": f"Claims on this page are not checked ({self.profile} profile)."})
 
-    def check(self, key: str, holds: Any, *, claim: str, data: Any = None) -> bool:
+    def check(self, key: str, holds: Any, *, claim: str, data: Any = None) -> None:
         """Record whether the data support ``claim``; show the box if a checked claim fails.
 
         Args:
@@ -153,7 +153,8 @@ class Claims:
             claim: what the prose states, as a clause ("the outcome arm keeps its accuracy").
             data: what the claim was checked on, shown in the box: a mapping or a DataFrame.
 
-        Returns ``bool(holds)``.
+        Returns nothing, so a check as a cell's last line prints nothing (the record is in
+        ``self.records``).
         """
         ok = bool(holds)
         status = ("holds" if ok else "fails") if self.checked else "unchecked"
@@ -162,7 +163,6 @@ class Claims:
         if status == "fails":
             bundle["text/html"] = _box_html(rec)
         self._display(bundle)
-        return ok
 
     def skip(self, key: str, reason: str, *, claim: str, data: Any = None) -> None:
         """Record a claim whose evidence is not available here (say why); no box, no failure."""
