@@ -39,6 +39,7 @@ from phantom.book.chapters import (
     resolve_chapter,
     toc_files,
 )
+from phantom.book.claims import claims_report, failed_claims
 from phantom.book.execute import (
     ChapterError,
     ExecResult,
@@ -101,6 +102,16 @@ def chapter_main(argv: Sequence[str] | None = None) -> int:
         return 1
     how = "cached" if res.cached else f"executed in {res.seconds:.1f} s"
     print(f"{res.path}  ({how}; parameters {res.parameters or 'default'})")
+    if res.claims:
+        records = {chapter.stem: res.claims}
+        log(claims_report(records))
+        if failed_claims(records) and not args.parameter:
+            print(f"phantom chapter: {chapter.stem} states claims its data do not support (see above and the "
+                  "'Not reproduced in this build' boxes in the notebook)", file=sys.stderr)
+            return 1
+        if failed_claims(records):  # the prose describes the default parameters; other values may differ
+            log(f"{len(failed_claims(records))} claim(s) do not hold at these parameters; the notebook shows "
+                "where (the prose states the defaults' results)")
     return 0
 
 
@@ -168,6 +179,8 @@ def _stage(root: Path, stage: Path, chapters: Sequence[Chapter]) -> dict[Chapter
     for old in list(stage.glob("book/**/*.md")) + list(stage.glob("book/**/*.ipynb")):
         if old not in wanted:
             old.unlink()
+    for bib in sorted((root / "book").glob("*.bib")):  # sphinxcontrib-bibtex reads them from the source tree
+        copy_if_changed(bib, stage / "book" / bib.name)
     for folder in ("_static", "_ext"):  # assets and the local Sphinx extension, linked not copied
         link, src = stage / "book" / folder, root / "book" / folder
         if src.is_dir() and not link.is_symlink():
@@ -176,6 +189,15 @@ def _stage(root: Path, stage: Path, chapters: Sequence[Chapter]) -> dict[Chapter
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(src, target_is_directory=True)
     return targets
+
+
+def _write_claims(path: Path, claims: Mapping[str, list[dict]], profile: str) -> Path:
+    """Every chapter's claim records in one file, for CI and for readers of the build."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({"profile": profile, "chapters": claims}, indent=2))
+    os.replace(tmp, path)
+    return path
 
 
 def _book_parser() -> argparse.ArgumentParser:
@@ -245,6 +267,8 @@ def book_main(argv: Sequence[str] | None = None) -> int:
             results = list(pool.map(run, targets.items()))
         executed = sum(not r.cached for r in results)
         timings["chapters"] = time.perf_counter() - t
+        claims = {r.chapter: r.claims for r in results}
+        claims_file = _write_claims(build / "phantom" / "claims.json", claims, args.profile)
     except (ChapterError, LabMissing, RuntimeError, FileNotFoundError, ValueError) as exc:
         print(f"phantom book: {exc}", file=sys.stderr)
         return 1
@@ -270,13 +294,19 @@ def book_main(argv: Sequence[str] | None = None) -> int:
     timings["jupyter-book"] = time.perf_counter() - t
     ok = proc.returncode == 0 and (build / "html" / "index.html").is_file()
     status_file.write_text(json.dumps({"status": "ok" if ok else "failed", "profile": args.profile,
-                                       "finished": time.time(), "timings_s": timings}, indent=2))
+                                       "finished": time.time(), "timings_s": timings,
+                                       "claims_failed": len(failed_claims(claims))}, indent=2))
     total = time.perf_counter() - t0
     summary = ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
+    log(claims_report(claims))
     if not ok:
         print(f"phantom book: strict jupyter-book build failed (rc {proc.returncode}); see the warnings above",
               file=sys.stderr)
         return 1
     log(f"done in {total:.1f} s ({summary}; {executed} of {len(chapters)} chapters executed)")
     print(build / "html" / "index.html")
+    if failed_claims(claims):
+        print(f"phantom book: the book is built, but {len(failed_claims(claims))} claim(s) are not reproduced "
+              f"by this build's data (listed above; boxes on the pages; {claims_file})", file=sys.stderr)
+        return 1
     return 0

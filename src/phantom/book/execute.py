@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from phantom.book.chapters import ENV_BOOK, ENV_PROFILE, ENV_ROOT, ENV_RUNS, Chapter, parameters_of, repo_root
+from phantom.book.claims import read_claims
 
 __all__ = ["ChapterError", "ExecResult", "cache_key", "phantom_modules", "postprocess", "chapter_env",
            "execute_chapter", "environ", "copy_if_changed", "log"]
@@ -172,6 +173,8 @@ class ExecResult:
     cached: bool
     seconds: float
     parameters: dict[str, Any] = field(default_factory=dict)
+    #: the chapter's claim records (:func:`phantom.book.claims.read_claims`)
+    claims: list[dict[str, Any]] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -195,21 +198,44 @@ def _add_tags(cell: Any, *tags: str) -> None:
 
 
 def postprocess(nb: Any) -> Any:
-    """Hide papermill's plumbing and drop widget state no visible cell needs.
+    """Hide papermill's plumbing, collect the chapter's claims, drop widget state no cell needs.
 
     The injected-parameters cell gets ``hide-input`` (the reader can unfold it to see what differed
-    from the defaults). Widget state makes myst-nb load the 3.6 MB widget manager on the page, so it
-    is kept only when a cell that the book shows still has a widget view.
+    from the defaults). Claim records (:mod:`phantom.book.claims`) move from the outputs into
+    ``metadata.phantom_claims``; only a failed claim keeps an output (its box). A hidden cell
+    (``remove-input``) left without outputs is removed from the page. Widget state makes myst-nb
+    load the 3.6 MB widget manager on the page, so it is kept only when a cell that the book shows
+    still has a widget view.
     """
+    from phantom.book.claims import META_KEY, MIME
+
     visible_widget = False
+    records: list[dict[str, Any]] = []
     for cell in nb.cells:
         tags = cell.metadata.get("tags", [])
         if "injected-parameters" in tags:
             _add_tags(cell, "hide-input")
-        if cell.cell_type == "code" and not {"remove-cell", "remove-output"} & set(tags):
-            for out in cell.get("outputs", []):
+        if cell.cell_type != "code":
+            continue
+        kept = []
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if MIME in data:
+                rec = dict(data[MIME])
+                records.append(rec)
+                if rec.get("status") != "fails":
+                    continue  # nothing to show: the prose stands
+                del data[MIME]
+            kept.append(out)
+        cell["outputs"] = kept
+        if not kept and "remove-input" in tags and "parameters" not in tags:
+            _add_tags(cell, "remove-cell")
+        if not {"remove-cell", "remove-output"} & set(cell.metadata.get("tags", [])):
+            for out in kept:
                 if "application/vnd.jupyter.widget-view+json" in out.get("data", {}):
                     visible_widget = True
+    if records or META_KEY in nb.metadata:
+        nb.metadata[META_KEY] = {"claims": records}
     if not visible_widget:
         nb.metadata.pop("widgets", None)
     return nb
@@ -266,7 +292,7 @@ def execute_chapter(chapter: Chapter, out: Path, params: Mapping[str, Any] | Non
     cached = cache / f"{chapter.stem}-{key[:16]}.ipynb"
     if cached.is_file() and not force:
         copy_if_changed(cached, out)
-        return ExecResult(chapter.stem, out, True, time.perf_counter() - start, params)
+        return ExecResult(chapter.stem, out, True, time.perf_counter() - start, params, read_claims(cached))
 
     nb = chapter.notebook()
     parameters_of(nb, where=str(chapter.path))  # fail early on a malformed parameters cell
@@ -292,4 +318,4 @@ def execute_chapter(chapter: Chapter, out: Path, params: Mapping[str, Any] | Non
     os.replace(tmp, cached)
     _prune(cache, chapter.stem, cached)
     copy_if_changed(cached, out)
-    return ExecResult(chapter.stem, out, False, time.perf_counter() - start, params)
+    return ExecResult(chapter.stem, out, False, time.perf_counter() - start, params, read_claims(result))
