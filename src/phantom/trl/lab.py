@@ -175,7 +175,7 @@ def greedy_evaluator(tokenizer: Any, problems: list[Any], *, max_new: int, lam: 
 
 # ----------------------------------------------------------------------------------------------
 def build_trainer(spec: TrlArmSpec, *, output_dir: str, name: str, root: Any = None,
-                  extra: dict[str, Any] | None = None):
+                  extra: dict[str, Any] | None = None, evaluate: bool = True):
     """``(GRPOTrainer, PhantomCallback)`` for one arm; nothing trains yet."""
     import torch
     from datasets import Dataset
@@ -209,8 +209,9 @@ def build_trainer(spec: TrlArmSpec, *, output_dir: str, name: str, root: Any = N
     peft = LoraConfig(r=spec.lora_rank, lora_alpha=spec.lora_alpha, lora_dropout=0.0, target_modules=LORA_TARGETS,
                       task_type="CAUSAL_LM")
     val = make_split(task, "val", spec.eval_n)
+    evaluator = greedy_evaluator(tok, val, max_new=spec.max_new, lam=spec.lam, cap=spec.cap) if evaluate else None
     cb = PhantomCallback(rewards, name=name, root=root, spec=spec.to_dict(), eval_every=spec.eval_every,
-                         evaluator=greedy_evaluator(tok, val, max_new=spec.max_new, lam=spec.lam, cap=spec.cap),
+                         evaluator=evaluator,
                          extra={"checkpoint": str(ckpt), **(extra or {})})
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=ds, processing_class=tok,
                           peft_config=peft, callbacks=[cb])
