@@ -139,7 +139,6 @@ class PhantomCallback(TrainerCallback):
         self.extra = dict(extra or {})
         self.run: RunDir | None = None
         self.history: list[dict[str, Any]] = []
-        self._seen = 0
         self._t_step = 0.0
         self._t_start = 0.0
 
@@ -163,7 +162,7 @@ class PhantomCallback(TrainerCallback):
                                 extra={"trl_config": cfg, "reward_funcs": self.rewards.names, "gate": self.rewards.gate,
                                        "trl_versions": versions, **self.extra})
         self._t_start = time.time()
-        self._seen = len(self.rewards.records)
+        self.rewards.records.clear()
         if self.evaluator is not None:
             self._log(0, self._evaluate(model, 0))
 
@@ -174,8 +173,8 @@ class PhantomCallback(TrainerCallback):
         if self.run is None:
             return
         step = int(state.global_step)
-        new = [r for r in self.rewards.records[self._seen:] if r.mode == "train"]
-        self._seen = len(self.rewards.records)
+        new = [r for r in self.rewards.records if r.mode == "train"]
+        self.rewards.records.clear()  # consumed: a long run does not accumulate batches
         trainer = self.rewards.trainer
         m: dict[str, Any] = record_metrics(new, getattr(trainer, "scale_rewards", None))
         m["timing_s/step"] = time.perf_counter() - self._t_step

@@ -33,6 +33,8 @@ __all__ = ["GATES", "TRL_EPS", "GatedRewards", "BatchRecord", "outcome_gated", "
 GATES: tuple[str, ...] = ("outcome", "none")
 #: TRL 1.16's epsilon in ``advantages / (std + 1e-4)`` (grpo_trainer.py); also our flatness threshold
 TRL_EPS = 1e-4
+#: batches kept in ``GatedRewards.records`` when no callback consumes them
+MAX_RECORDS = 256
 #: shaping constants are rounded to multiples of 2**-_GRID so that sums of them stay exact in float32
 _GRID = 12
 
@@ -185,6 +187,8 @@ class GatedRewards(list):
         gated, stats = gate_rows(full, weights, group, gate=self.gate, eps=self.eps)
         lengths = None if np.isnan(lengths).all() else lengths
         step = int(getattr(kwargs.get("trainer_state"), "global_step", 0) or 0)
+        if len(self.records) >= MAX_RECORDS:  # nobody consumes them (no PhantomCallback): keep the latest
+            del self.records[:-MAX_RECORDS // 2]
         self.records.append(BatchRecord(step=step, mode=mode, outcomes=full[:, 0].copy(), raw=full, gated=gated,
                                         weights=weights, num_generations=group, stats=stats, lengths=lengths))
         return gated[offset:offset + n]
