@@ -6,7 +6,9 @@ after the other. Held-out evaluation is off in both; the first ``--warmup`` step
 counted. The baseline is the lab loop (``phantom.lab.rl.Trainer.step``); TRL's step is
 ``GRPOTrainer.train()``'s optimizer step as PhantomCallback times it (generation with
 ``transformers.generate``, rewards through ``phantom.trl.outcome_gated``, the loss, the update).
-Run it under ``nice`` on a shared machine; the table says how loaded the machine was.
+Both loops use one thread, so CPU seconds per step (``time.process_time``) are the comparison that
+survives a loaded machine; wall seconds are printed too, with the load average. Run it under ``nice``
+on a shared machine.
 
 usage: python benchmarks/bench_trl.py [--steps 4] [--warmup 1] [--arm outcome] [--model lab]
 """
@@ -23,6 +25,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch
+from transformers import TrainerCallback
 
 from phantom.lab.rl import Trainer
 from phantom.lab.sft import ensure_sft_model
@@ -30,7 +33,7 @@ from phantom.lab.spec import ArmSpec
 from phantom.trl.lab import TrlArmSpec, build_trainer
 
 
-def lab_steps(spec: TrlArmSpec, n: int) -> list[float]:
+def lab_steps(spec: TrlArmSpec, n: int) -> list[tuple[float, float]]:
     arm = ArmSpec(arm="none" if spec.gate == "none" else "outcome", estimator="drgrpo" if spec.arm == "drgrpo"
                   else "grpo", lam=spec.lam, seed=spec.seed, steps=10_000, prompts=spec.prompts,
                   rollouts=spec.rollouts, lr=spec.lr, lora_rank=spec.lora_rank, lora_alpha=spec.lora_alpha,
@@ -38,18 +41,34 @@ def lab_steps(spec: TrlArmSpec, n: int) -> list[float]:
     tr = Trainer(arm, ensure_sft_model(spec.model, progress=False))
     out = []
     for st in range(1, n + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         tr.step(st)
-        out.append(time.perf_counter() - t0)
+        out.append((time.perf_counter() - t0, time.process_time() - c0))
     return out
 
 
-def trl_steps(spec: TrlArmSpec, n: int) -> list[float]:
+class CpuClock(TrainerCallback):
+    """CPU seconds of each optimizer step (one thread: insensitive to other jobs on the machine)."""
+
+    def __init__(self):
+        self.cpu: list[float] = []
+
+    def on_step_begin(self, args, state, control, **kw):
+        self._c = time.process_time()
+
+    def on_step_end(self, args, state, control, **kw):
+        self.cpu.append(time.process_time() - self._c)
+
+
+def trl_steps(spec: TrlArmSpec, n: int) -> list[tuple[float, float]]:
     with tempfile.TemporaryDirectory() as tmp:
         s = TrlArmSpec.from_dict(spec.to_dict(), steps=n)
         trainer, cb = build_trainer(s, output_dir=os.path.join(tmp, "out"), name="bench", root=tmp, evaluate=False)
+        clock = CpuClock()
+        trainer.add_callback(clock)
         trainer.train()
-        return [h["timing_s/step"] for h in cb.history if "timing_s/step" in h]
+        wall = [h["timing_s/step"] for h in cb.history if "timing_s/step" in h]
+        return list(zip(wall, clock.cpu))
 
 
 def main() -> None:
@@ -65,14 +84,16 @@ def main() -> None:
     n = a.steps + a.warmup
     rows = [("lab loop (phantom.lab.rl)", lab_steps(spec, n)[a.warmup:]),
             ("TRL 1.16 GRPOTrainer", trl_steps(spec, n)[a.warmup:])]
-    base = statistics.mean(rows[0][1])
+    wall0 = statistics.mean(w for w, _ in rows[0][1])
+    cpu0 = statistics.mean(c for _, c in rows[0][1])
     print(f"arm={spec.arm} model={spec.model} {spec.prompts} prompts x {spec.rollouts} rollouts, max_new "
           f"{spec.max_new}, {a.steps} timed steps after {a.warmup} warm-up; load average {load0:.1f} -> "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print("| loop | s/step (mean) | min | max | ratio to the lab loop |\n|---|---|---|---|---|")
+    print("| loop | wall s/step (mean, min-max) | CPU s/step (mean) | wall ratio | CPU ratio |\n|---|---|---|---|---|")
     for label, t in rows:
-        print(f"| {label} | {statistics.mean(t):.2f} | {min(t):.2f} | {max(t):.2f} | "
-              f"{statistics.mean(t) / base:.2f}x |")
+        w, c = [x for x, _ in t], [y for _, y in t]
+        print(f"| {label} | {statistics.mean(w):.2f} ({min(w):.2f}-{max(w):.2f}) | {statistics.mean(c):.2f} | "
+              f"{statistics.mean(w) / wall0:.2f}x | {statistics.mean(c) / cpu0:.2f}x |")
 
 
 if __name__ == "__main__":
