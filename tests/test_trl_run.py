@@ -66,7 +66,10 @@ def test_sweep_cells():
                                                 ("drgrpo", 1), ("outcome", 1)]
     assert {c.scale_rewards for c in cells} == {"group", "none"} and all(c.model == "lab" for c in cells)
     assert len({c.run_name() for c in cells}) == 6
-    assert expand("full", model="quick")[0].to_dict()["task"] == expand("full")[0].to_dict()["task"]
+    from phantom.lab.sft import resolve_sft
+
+    for model in ("lab", "quick"):  # the task always comes with the lab profile (redo on a new lab default)
+        assert expand("full", model=model)[0].to_dict()["task"] == resolve_sft(model).task.to_dict()
     with pytest.raises(ValueError, match="arms \\['dapo'\\] are unknown"):
         expand("full", arms=["dapo"])
     with pytest.raises(ValueError, match="profile='paper' is unknown"):
