@@ -48,7 +48,7 @@ def test_runs_are_complete_trl_runs(runs):
 def test_no_filter_collapses_and_the_outcome_gate_holds(runs):
     for m, df in runs["none"]:
         acc, ln = df[VAL_ACC].dropna(), df[VAL_LEN].dropna()
-        assert acc.iloc[0] > 0.6 and acc.iloc[-1] < 0.1, (m["name"], acc.tolist())
+        assert acc.iloc[0] > 0.3 and acc.iloc[-1] < min(0.1, acc.iloc[0] / 3), (m["name"], acc.tolist())
         assert ln.iloc[-1] < 0.2 * ln.iloc[0], (m["name"], ln.tolist())
     for m, df in runs["outcome"]:
         acc, ln = df[VAL_ACC].dropna(), df[VAL_LEN].dropna()
