@@ -6,7 +6,7 @@
 set -euo pipefail
 PYTHON=${1:-python3}
 VENV=${2:-.venv}
-EXTRAS=${3:-dev,lab,verl,book}
+EXTRAS=${3:-dev,lab,verl,trl,book}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 STAMP="$VENV/.phantom-installed"

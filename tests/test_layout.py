@@ -12,7 +12,7 @@ PKG = ROOT / "src" / "phantom"
 CORE = {"phantom", "phantom.rewards", "phantom.advantages", "phantom.dynamics", "phantom.runs", "phantom.figures",
         "phantom.cli"}
 #: pillar -> the other pillars it may import (ARCHITECTURE.md, "Layout")
-ALLOWED = {"lab": set(), "verl": {"lab"}, "book": {"lab"}, "audit": set()}
+ALLOWED = {"lab": set(), "verl": {"lab"}, "book": {"lab"}, "audit": set(), "trl": {"lab"}}
 MAX_LINES = 450
 
 

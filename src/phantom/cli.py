@@ -14,6 +14,7 @@ from typing import Any
 COMMANDS: dict[str, tuple[str, str]] = {
     "lab": ("phantom.lab.cli:main", "CPU lab: build the task and model, SFT, RL arms, papermill sweeps"),
     "verl": ("phantom.verl.launch:main", "launch real verl 0.9.1 runs (CPU here, GPU for users)"),
+    "trl": ("phantom.trl.sweep:main", "TRL's GRPOTrainer on the CPU lab: the three-arm sweep, its endpoints"),
     "data": ("phantom.verl.data:main", "build verl parquet: GSM8K, MATH, the lab task"),
     "chapter": ("phantom.book.build:chapter_main", "execute one book chapter with papermill (-p key value)"),
     "book": ("phantom.book.build:book_main", "execute the chapters and build the HTML book"),
