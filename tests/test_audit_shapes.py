@@ -70,6 +70,8 @@ EXPECTED: dict[str, tuple[int, list[dict[str, str]]]] = {
     "trl_normalize_then_sum.json": (1, [{"PH020": E, "PH021": I}]),
     "trl_env_kwargs.py": (1, [{"PH020": W, "PH021": I}]),
     "trl_dpo_not_grpo.yaml": (2, []),  # TRL, but not GRPO: refused, not "clean"
+    "trl_plain_format_bonus.py": (1, [{"PH020": E, "PH021": I}]),
+    "trl_outcome_gated.py": (0, [{}]),  # phantom.trl.outcome_gated: the fix, applied
 }
 _RANK = {E: 0, W: 1, I: 2}
 

@@ -81,6 +81,7 @@ class RewardFacts:
     trl_funcs: list[TrlFunc] = field(default_factory=list)
     builtin: list[tuple[str, Scorer | None]] = field(default_factory=list)  # (data_source, scorer) used
     spread: dict[str, bool | None] = field(default_factory=dict)  # format/length/overlong/empty among failures
+    gated: bool = False  # TRL: the reward functions are wrapped by phantom.trl.outcome_gated
 
     @property
     def verdict(self) -> str:
@@ -290,4 +291,9 @@ def trl_facts(s: Settings, probes: dict[str, ProbeResult] | None = None, shaped:
         f.score_shaped = shaped
         f.evidence.append(Evidence(f"--{'' if shaped else 'no-'}shaped given"))
     f.composite = f.score_shaped
+    if "outcome_gated" in s.doc.mentions:
+        f.gated = True
+        f.evidence.append(Evidence("wrapped by phantom.trl.outcome_gated: inside a group whose outcomes are all "
+                                   "equal the shaping terms are one constant, so that group gets zero advantage",
+                                   "reward_funcs", _where(s, "reward_funcs")))
     return f

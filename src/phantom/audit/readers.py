@@ -198,8 +198,20 @@ def _manifest(path: str, text: str) -> ConfigDoc | None:
         obj = json.loads(text)
     except json.JSONDecodeError:
         return None  # _read_json reports the error with its line
-    if not isinstance(obj, dict) or obj.get("kind") not in ("lab", "verl") or "spec" not in obj:
+    if not isinstance(obj, dict) or obj.get("kind") not in ("lab", "verl", "trl") or "spec" not in obj:
         return None
+    if obj["kind"] == "trl":  # phantom.trl's run folder: the GRPOConfig it ran with and its reward functions
+        config, funcs = obj.get("trl_config"), obj.get("reward_funcs")
+        if not isinstance(config, dict) or not isinstance(funcs, list):
+            raise InputError(path, "a TRL run manifest needs `trl_config` (an object) and `reward_funcs` (a list)",
+                             key="trl_config")
+        doc = ConfigDoc(path, "trl", "manifest")
+        for k, v in config.items():
+            doc.set(Entry(str(k), v, path, None))
+        doc.set(Entry("reward_funcs", [str(f) for f in funcs], path, None))
+        if obj.get("gate") == "outcome":
+            doc.mentions.add("outcome_gated")
+        return doc
     if obj["kind"] == "verl":
         overrides = obj.get("overrides")
         if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
@@ -246,10 +258,18 @@ def _literal(node: ast.expr, assigns: dict[str, ast.expr], text: str) -> Any:
         return Unresolved(ast.get_source_segment(text, node) or ast.unparse(node))
 
 
-def _func_names(node: ast.expr, assigns: dict[str, ast.expr]) -> list[str]:
-    """Names of the reward functions in ``reward_funcs=...`` (a list, a tuple, or one function)."""
-    if isinstance(node, ast.Name) and isinstance(assigns.get(node.id), (ast.List, ast.Tuple)):
+def _func_names(node: ast.expr, assigns: dict[str, ast.expr], doc: ConfigDoc | None = None) -> list[str]:
+    """Names of the reward functions in ``reward_funcs=...`` (a list, a tuple, or one function).
+
+    ``outcome_gated(acc, fmt, num_generations=8)`` (``phantom.trl``'s gate) yields its arguments and
+    marks the document ``outcome_gated``: shaping then counts only in groups with an outcome contrast.
+    """
+    if isinstance(node, ast.Name) and isinstance(assigns.get(node.id), (ast.List, ast.Tuple, ast.Call)):
         node = assigns[node.id]
+    if isinstance(node, ast.Call) and _call_name(node.func) == "outcome_gated":
+        if doc is not None:
+            doc.mentions.add("outcome_gated")
+        node = ast.List(elts=list(node.args))
     elements = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
     names = []
     for el in elements:
@@ -297,7 +317,8 @@ def read_python(path: str, text: str) -> ConfigDoc:
                 continue
             if is_trainer and kw.arg != "reward_funcs":
                 continue
-            value = _func_names(kw.value, assigns) if kw.arg == "reward_funcs" else _literal(kw.value, assigns, text)
+            value = _func_names(kw.value, assigns, doc) if kw.arg == "reward_funcs" else \
+                _literal(kw.value, assigns, text)
             doc.set(Entry(kw.arg, value, path, kw.lineno, ast.get_source_segment(text, kw)))
     if not seen:
         raise InputError(path, "no GRPOConfig(...) or GRPOTrainer(...) call found; a Python input is read as "

@@ -47,6 +47,8 @@ def trl_findings(s: Settings, f: RewardFacts, trl_version: str | None = None) ->
     live = [t for t in f.trl_funcs if t.weight != 0]
     funcs = ", ".join(t.name for t in live) or "the reward"
     single = len(live) == 1
+    # outcome_gated flattens the shaping inside outcome-degenerate groups: no phantom is left to find
+    exposed = f.composite is not False and not f.gated
     if "grpo_with_replay_buffer" in s.doc.mentions:
         out.append(_f("PH023", "trl-replay-buffer-removed", "error", s, "reward_funcs",
                       "this script imports trl.experimental.grpo_with_replay_buffer, which TRL 1.16 no longer ships "
@@ -54,7 +56,7 @@ def trl_findings(s: Settings, f: RewardFacts, trl_version: str | None = None) ->
                       "the summed reward, so phantom groups counted as live there too",
                       "use GRPOTrainer; to keep shaping out of all-fail groups, " + _gate_fix(f, scale_text),
                       "filter", scale_kwargs))
-    if "async_grpo" in s.doc.mentions and f.composite is not False:
+    if "async_grpo" in s.doc.mentions and exposed:
         out.append(_f("PH022", "trl-async-grpo-std", "error" if f.composite else "warning", s, "reward_funcs",
                       f"TRL's experimental AsyncGRPOTrainer computes (r - mean) / (std + 1e-8) per group, always, "
                       f"with no scale_rewards or loss_type to turn it off; the reward ({funcs}) is {f.verdict}",
@@ -62,7 +64,7 @@ def trl_findings(s: Settings, f: RewardFacts, trl_version: str | None = None) ->
                       "switch: the most phantom-prone trainer in TRL",
                       "gate the shaping on the outcome in the reward itself, or train with GRPOTrainer and "
                       + _gate_fix(f, scale_text), "filter"))
-    if f.composite is not False and isinstance(scale, Unresolved) and "async_grpo" not in s.doc.mentions:
+    if exposed and isinstance(scale, Unresolved) and "async_grpo" not in s.doc.mentions:
         out.append(_f("PH020", "trl-shaping-group-scale", "warning", s, key,
                       f"scale_rewards comes from `{scale}`, which the audit cannot resolve"
                       + (f" ({scale.why})" if scale.why else "") + f"; with 'group' (TRL's default) and this "
@@ -70,7 +72,7 @@ def trl_findings(s: Settings, f: RewardFacts, trl_version: str | None = None) ->
                       "in an all-fail group the reward still varies with the shaping terms, and dividing by the "
                       "group std turns that variation into full-size advantages", _gate_fix(f, scale_text), "filter",
                       scale_kwargs))
-    if f.composite is not False and not isinstance(scale, Unresolved) and "async_grpo" not in s.doc.mentions:
+    if exposed and not isinstance(scale, Unresolved) and "async_grpo" not in s.doc.mentions:
         what = (f"the one reward function ({funcs}) gives different scores to different failures" if single else
                 f"the summed reward ({funcs}) spreads among failures")
         if f.composite is None:
@@ -97,13 +99,13 @@ def trl_findings(s: Settings, f: RewardFacts, trl_version: str | None = None) ->
                           "mixed groups dominate, so they shrink but do not vanish",
                           "batch scaling weakens the phantom without removing it", _gate_fix(f, scale_text), "rules",
                           scale_kwargs))
-    if f.composite is not False:
+    if exposed:
         mentioned = "frac_reward_zero_std" in s.doc.mentions
         out.append(_f("PH021", "trl-frac-reward-zero-std", "warning" if mentioned else "info", s,
                       "reward_funcs", "TRL's frac_reward_zero_std is computed on the summed reward"
                       + (", and this file reads it" if mentioned else ""),
                       "under shaping an all-fail group has nonzero std, so this dead-group count misses exactly the "
-                      "phantom groups", "log a per-group outcome statistic: the phantom callback of phantom.trl, "
+                      "phantom groups", "log a per-group outcome statistic: phantom.trl.PhantomCallback, "
                       "log_completions=True, or a callback counting groups whose correctness reward is all 0",
                       "filter"))
     if s.value("mask_truncated_completions") is True:
