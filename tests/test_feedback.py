@@ -1,4 +1,4 @@
-"""phantom.dynamics: the toy feedback loop behind chapter 2's "Why it collapses"."""
+"""phantom.feedback: the toy feedback loop behind chapter 2's "Why it collapses"."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from phantom.dynamics import TRACE_KEYS, LoopSpec, allfail_push, simulate_loop
+from phantom.feedback import TRACE_KEYS, LoopSpec, allfail_push, simulate_loop
 
 
 def test_trace_has_every_key_per_step_and_is_deterministic():
