@@ -168,6 +168,9 @@ def test_server_takes_unmerged_lora_adapters_as_verl_sends_them(tiny, tmp_path, 
         asyncio.run(server.update_weights({"bogus.lora_A.weight": torch.zeros(1)}, peft_config=cfg))
     with pytest.raises(RuntimeError, match="full weights arrived after LoRA"):
         asyncio.run(server.update_weights(base))
-    fresh = _server(tiny, 8)
-    with pytest.raises(RuntimeError, match="before the base weights"):
-        asyncio.run(fresh.update_weights(adapters, peft_config=cfg, base_sync_done=True))
+    # load_format != dummy (verl's base_sync_done starts True): adapters only, on the base read from disk
+    disk = _server(tiny, 8)
+    asyncio.run(disk.update_weights(adapters, peft_config=cfg, base_sync_done=True))
+    again = asyncio.run(disk.generate(prompt, {"temperature": 0, "logprobs": True, "max_tokens": 6}))
+    assert disk.syncs == ["adapter"] and again.token_ids == out.token_ids
+    assert torch.allclose(torch.tensor(again.log_probs), got, atol=1e-5)

@@ -2,11 +2,13 @@
 
 With ``actor_rollout_ref.model.lora.merge=False`` (verl 0.9.1's default) the FSDP worker does not
 send merged weights. ``ActorRolloutRefWorker.update_weights`` (``verl/workers/engine_workers.py``)
-sends, once, the frozen **base** weights (``base_sync_done=False``; names as verl's
-``replace_lora_wrapper`` writes them, ``...q_proj.base_layer.weight`` for every LoRA-wrapped
-linear) and then, every step, only the **adapter** tensors (``base_sync_done=True``; PEFT's
-``get_peft_model_state_dict`` names, ``base_model.model....q_proj.lora_A.weight``), each time with
-the adapter's ``peft_config`` as a dict. vLLM applies them as a LoRA request on an unchanged base.
+sends every step only the **adapter** tensors (``base_sync_done=True``; PEFT's
+``get_peft_model_state_dict`` names, ``base_model.model....q_proj.lora_A.weight``) with the
+adapter's ``peft_config`` as a dict; vLLM applies them as a LoRA request on an unchanged base. The
+base is what the rollout engine read from the model folder, unless ``rollout.load_format=dummy``:
+then the worker first sends the frozen **base** weights once (``base_sync_done=False``; names as
+verl's ``replace_lora_wrapper`` writes them, ``...q_proj.base_layer.weight`` for every LoRA-wrapped
+linear).
 
 The functions here do the same to a Hugging Face model: wrap it with PEFT from that dict, load the
 base weights into the wrapped layers, then load adapters into it step after step. Sampling then runs

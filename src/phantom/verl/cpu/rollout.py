@@ -12,8 +12,8 @@ a fourth backend, ``actor_rollout_ref.rollout.name=hf``:
 * :class:`HFReplica` (verl's ``RolloutReplica``) starts one server per replica, and
   :class:`HFServerAdapter` (verl's ``BaseRollout``, inside each FSDP worker) pushes the trained
   weights to it after every step through Ray's object store: full weights, merged LoRA weights, or
-  (``lora.merge=False``, verl's default) the base once and then only the LoRA adapters, applied
-  unmerged as vLLM does (:mod:`phantom.verl.cpu.lora`).
+  (``lora.merge=False``, verl's default) only the LoRA adapters (the base too, once, with
+  ``load_format=dummy``), applied unmerged as vLLM does (:mod:`phantom.verl.cpu.lora`).
 
 Returned log-probabilities are ``log_softmax(logits / temperature)`` of the sampled token over the
 full vocabulary, the quantity verl's actor recomputes, so the rollout/actor agreement metrics
@@ -236,7 +236,7 @@ class HFServer:
     async def update_weights(self, state_dict: dict[str, torch.Tensor], global_steps: int | None = None,
                              peft_config: dict | None = None, base_sync_done: bool = True) -> int:
         """Load trained weights. ``peft_config=None``: full (or merged-LoRA) weights. With a ``peft_config``:
-        verl's unmerged-adapter protocol (:mod:`phantom.verl.cpu.lora`), base once, then adapters."""
+        verl's unmerged-adapter protocol (:mod:`phantom.verl.cpu.lora`): adapters (and once a base)."""
         from phantom.verl.cpu import lora
 
         mode = "full" if peft_config is None else "adapter" if base_sync_done else "base"
@@ -250,8 +250,9 @@ class HFServer:
                     lora.load_base(self.peft, state_dict)
                     return
                 if mode == "adapter":
-                    if self.peft is None:
-                        raise RuntimeError("LoRA adapters arrived before the base weights (base_sync_done=True first)")
+                    if self.peft is None:  # load_format != dummy: the base is what the server read from disk
+                        self.peft = lora.wrap(self.gen.model, peft_config)
+                        self.gen.model = self.peft
                     lora.load_adapters(self.peft, state_dict)
                     return
                 if self.peft is not None:
