@@ -49,15 +49,19 @@ def _version(dist: str) -> str | None:
 
 def trl_has_value_head() -> bool:
     """Whether ``trl`` imports and still has ``AutoModelForCausalLMWithValueHead`` (TRL 1.x removed it)."""
+    import warnings
+
     if importlib.util.find_spec("trl") is None:
         return False
-    try:
-        from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
-    except ImportError:
+    with warnings.catch_warnings():  # TRL warns on any trl.experimental import
+        warnings.simplefilter("ignore")
         try:
-            from trl import AutoModelForCausalLMWithValueHead  # noqa: F401
+            from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
         except ImportError:
-            return False
+            try:
+                from trl import AutoModelForCausalLMWithValueHead  # noqa: F401
+            except ImportError:
+                return False
     return True
 
 
