@@ -23,9 +23,10 @@
 # * `backend="cpu"` (default): the smallest real run this machine can afford. A tiny random Qwen2
 #   (built locally), 2 GRPO steps of 4 prompts x 4 rollouts, validation before training. It shows
 #   the plumbing (reward dict, gated estimator, telemetry), not learning.
-# * `backend="gpu"`: the paper's section 4 preset (Qwen2.5-1.5B-Instruct, LoRA r=32, 32 prompts x 5
-#   rollouts, lr 1e-4, 40 steps, validation every 5 steps, KL loss 0.001, lambda 0.3). Build the data
-#   first with `phantom data gsm8k`.
+# * `backend="gpu"`: the paper's section 4 preset as its artifact ran it (Qwen2.5-1.5B-Instruct, LoRA
+#   r=32, 32 prompts x 5 rollouts in 2 updates, lr 1e-4, 40 steps, responses up to 512 tokens,
+#   validation every 5 steps, KL loss 0.001, lambda 0.3, verl's legacy trainer). Build the data first
+#   with `phantom data gsm8k`; `phantom verl doctor --preset paper_gsm8k` checks the machine.
 #
 # The arm is the only thing that changes between the paper's three runs: which groups get zero
 # advantage (`none`, `score`: shaped score flat, `outcome`: binary outcome all equal).
@@ -45,7 +46,7 @@ val_files = None
 seed = None
 name = None  # None: derived from the spec
 runs_dir = None  # None: $PHANTOM_RUNS or ./runs
-timeout_s = 3600
+timeout_s = None  # None: 2 h on cpu, 4 h on gpu (a paper arm took ~50 min on an RTX 5090, §12; 7B or smaller cards take longer)
 echo = False  # copy verl's own output into this notebook
 extra = {}  # any other spec field by name, e.g. val_freq or noise_p
 
@@ -69,7 +70,8 @@ spec
 # `import verl` registers the phantom estimators), then runs verl and shows a progress bar per step.
 
 # %%
-run = launch(spec, name, runs_dir=runs_dir, timeout=timeout_s, echo=echo)
+timeout = timeout_s if timeout_s is not None else (2 if spec.backend == "cpu" else 4) * 3600
+run = launch(spec, name, runs_dir=runs_dir, timeout=timeout, echo=echo)
 manifest = run.manifest()
 status = manifest["status"]
 print(f"{run.name}: {status} in {manifest['finished'] - manifest['started']:.0f} s -> {run.path}")

@@ -118,3 +118,59 @@ def test_dedupe_backend():
 
 # The plugin loading in a fresh process (device cpu, gloo, the hf backend) is checked by the launcher's
 # preflight: tests/test_verl_launch.py::test_preflight_checks_a_fresh_interpreter.
+
+
+def _actor_with_trained_adapters(tiny):
+    """A PEFT LoRA copy of the tiny model with non-zero adapters: what verl's FSDP actor holds after a step."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    actor = get_peft_model(copy.deepcopy(tiny.model), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
+                                                                 task_type="CAUSAL_LM"))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in actor.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    return actor.eval()
+
+
+def test_server_takes_unmerged_lora_adapters_as_verl_sends_them(tiny, tmp_path, monkeypatch):
+    from peft.utils.save_and_load import get_peft_model_state_dict
+
+    monkeypatch.setenv("PHANTOM_SYNC_LOG", str(tmp_path / "sync.jsonl"))
+    server = _server(tiny, 8)
+    actor = _actor_with_trained_adapters(tiny)
+    cfg = actor.peft_config["default"].to_dict()
+    # verl's base sync (base_sync_done=False): frozen weights, wrapped layers named ...base_layer.weight
+    base = {k: v.clone() for k, v in actor.base_model.model.state_dict().items() if "lora_" not in k}
+    assert any(".base_layer." in k for k in base)
+    asyncio.run(server.update_weights(base, global_steps=1, peft_config=cfg, base_sync_done=False))
+    before = server.weight_checksum()
+    adapters = get_peft_model_state_dict(actor)  # then adapters only (base_sync_done=True), every step
+    assert all("lora_" in k for k in adapters)
+    asyncio.run(server.update_weights(adapters, global_steps=1, peft_config=cfg, base_sync_done=True))
+    assert server.weight_checksum() != before and server.syncs == ["base", "adapter"]
+    prompt = tiny.prompts[3]
+    out = asyncio.run(server.generate(prompt, {"temperature": 0, "logprobs": True, "max_tokens": 6}))
+    ids = torch.tensor([prompt + out.token_ids[:-1]])
+    with torch.no_grad():
+        want = torch.log_softmax(actor(input_ids=ids).logits[0, len(prompt) - 1:], -1)
+        plain = torch.log_softmax(tiny.model(input_ids=ids).logits[0, len(prompt) - 1:], -1)
+    idx = torch.tensor(out.token_ids)[:, None]
+    got = torch.tensor(out.log_probs)
+    assert torch.allclose(got, want.gather(-1, idx).squeeze(-1), atol=1e-4)  # the adapted policy samples
+    assert not torch.allclose(got, plain.gather(-1, idx).squeeze(-1), atol=1e-3)  # not the base model
+    lines = [json.loads(x) for x in (tmp_path / "sync.jsonl").read_text().splitlines()]
+    assert [x["mode"] for x in lines] == ["base", "adapter"] and lines[1]["lora_rank"] == 4
+    with pytest.raises(RuntimeError, match="adapter sync mismatch"):
+        asyncio.run(server.update_weights({"bogus.lora_A.weight": torch.zeros(1)}, peft_config=cfg))
+    with pytest.raises(RuntimeError, match="full weights arrived after LoRA"):
+        asyncio.run(server.update_weights(base))
+    # load_format != dummy (verl's base_sync_done starts True): adapters only, on the base read from disk
+    disk = _server(tiny, 8)
+    asyncio.run(disk.update_weights(adapters, peft_config=cfg, base_sync_done=True))
+    again = asyncio.run(disk.generate(prompt, {"temperature": 0, "logprobs": True, "max_tokens": 6}))
+    assert disk.syncs == ["adapter"] and again.token_ids == out.token_ids
+    assert torch.allclose(torch.tensor(again.log_probs), got, atol=1e-5)

@@ -77,3 +77,32 @@ def test_dapo_with_the_shaped_score_metric_completes(tmp_path):
     again = launch(spec, "dapo_score", runs_dir=tmp_path, timeout=800, progress=False)  # reused, not re-run
     assert again.manifest()["started"] == run.manifest()["started"]
     assert read_run_metrics(run.path).equals(read_run_metrics(again.path))
+
+
+def test_kl_loss_with_unmerged_lora_adapters_on_v1(tmp_path, capsys):
+    """The paper's structure on the CPU: LoRA adapters synced unmerged, KL loss with the reference inside the
+    actor (adapters disabled), verl's V1 trainer; through `phantom verl smoke`, the GPU user's first command."""
+    from phantom.verl.smoke import main as smoke_main
+    from phantom.verl.smoke import run_checks
+
+    rc = smoke_main(["--preset", "cpu_lora_kl", "--arms", "none", "--runs-dir", str(tmp_path), "--timeout", "800"])
+    out = capsys.readouterr().out
+    (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("smoke-cpu_lora_kl-none-")]
+    run = RunDir(folder)
+    spec = make_spec("cpu_lora_kl", base=ROOT)
+    assert rc == 0 and out.rstrip().endswith("all checks passed"), out
+    df = _check_run(run)
+    o = run.manifest()["overrides"]
+    for needed in ("actor_rollout_ref.model.lora.merge=False", "actor_rollout_ref.actor.use_kl_loss=True",
+                   "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "trainer.use_v1=True",
+                   "actor_rollout_ref.model.lora_rank=8"):
+        assert needed in o, needed
+    # LoRA's B starts at zero: at step 1 the policy is the reference; after one update it is not, which
+    # holds only if verl computed the reference with the adapters disabled (ref inside the actor).
+    assert df.loc[1, "actor/kl_loss"] == pytest.approx(0, abs=1e-9) and df.loc[2, "actor/kl_loss"] > 0
+    sync = [json.loads(x) for x in (run.path / "sync.jsonl").read_text().splitlines()]
+    # load_format=auto: the server read the base from disk, like vLLM with safetensors; then adapters only
+    assert {s["mode"] for s in sync} == {"adapter"} and len(sync) >= 2
+    assert sync[-1]["lora_rank"] == 8 and sync[-1]["checksum"] != sync[0]["checksum"]  # adapters changed
+    assert df.loc[2, "training/rollout_probs_diff_max"] < 1e-3  # the server samples the trained adapters
+    assert {c.name for c in run_checks(run, spec)} >= {"reference = adapters off", "adapter sync", "rollout = actor"}

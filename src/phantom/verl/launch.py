@@ -6,19 +6,23 @@ One call = one run folder ``runs/<name>/`` (see ``phantom.runs``)::
     metrics.jsonl   verl's file logger (VERL_FILE_LOGGER_PATH, fresh per run) + the merged gate lines
     gate.jsonl      raw per-step GateStats written by the phantom estimators in the TaskRunner
     rollout.jsonl   CPU backend: one line per generated batch of the hf rollout server
+    sync.jsonl      CPU backend: one line per weight update (full | base | adapter)
     stdout.log      everything verl printed
 
 Order of work, so that bad input fails before Ray starts and leaves nothing behind: validate the
 spec (arm, estimator, lambda, files, model) -> refuse a folder a live run holds -> reuse a finished
-run of the same spec -> compose verl's config and run verl's ``validate_config`` -> check in a fresh
-interpreter, with the run's environment, that ``import verl`` registers the phantom estimators
-(and loads the CPU backend) -> only then create the folder and start ``python -m verl.trainer.main_ppo``
-with an argument list.
+run of the same spec -> on a GPU, let the machine decide attention, micro-batches and vLLM's memory
+share (:mod:`phantom.verl.gpu`) -> compose verl's config and run verl's ``validate_config`` -> on a
+GPU, the doctor's checks (:mod:`phantom.verl.doctor`: CUDA, driver, vLLM, data, model, disk) -> check
+in a fresh interpreter, with the run's environment, that ``import verl`` registers the phantom
+estimators (and loads the CPU backend) -> only then create the folder and start
+``python -m verl.trainer.main_ppo`` with an argument list.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -34,6 +38,7 @@ from typing import Any
 from phantom.advantages import GateStats
 from phantom.cli import parse_sets
 from phantom.runs import RunConflict, RunDir, RunInUse, pid_alive, read_metrics, runs_root, spec_hash
+from phantom.verl.doctor import run_env
 from phantom.verl.spec import VerlSpec, compose, load_preset, make_spec, presets, to_overrides
 
 __all__ = ["launch", "preflight", "run_env", "command", "gate_metrics", "read_run_metrics", "main"]
@@ -47,32 +52,6 @@ def default_name(spec: VerlSpec) -> str:
     return f"verl-{spec.estimator}-{spec.arm}{dapo}-lam{spec.lam:g}-s{spec.seed}-{spec_hash(spec.to_dict())[:6]}"
 
 
-def run_env(spec: VerlSpec, run: Path) -> dict[str, str]:
-    """Environment of the verl process (a local Ray cluster and all its actors inherit it)."""
-    env = dict(os.environ)
-    env.update({
-        "VERL_FILE_LOGGER_PATH": str(run / "metrics.jsonl"), "PHANTOM_GATE_LOG": str(run / "gate.jsonl"),
-        "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1", "WANDB_MODE": "disabled", "RAY_DEDUP_LOGS": "0",
-        "TOKENIZERS_PARALLELISM": "false",
-    })
-    if env.get("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower() not in ("auto", ""):
-        names = {n.strip() for n in env["VERL_USE_EXTERNAL_PLUGINS"].split(",")}
-        if "phantom" not in names:  # an explicit list without us would silently drop the estimators
-            env["VERL_USE_EXTERNAL_PLUGINS"] = ",".join(sorted(names - {"none"} | {"phantom"}))
-    if spec.backend == "cpu":
-        from phantom.verl.cpu import PLUGIN_MODULE
-
-        env["PHANTOM_ROLLOUT_LOG"] = str(run / "rollout.jsonl")
-
-        mods = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
-        env["VERL_USE_EXTERNAL_MODULES"] = ",".join([*mods, PLUGIN_MODULE] if PLUGIN_MODULE not in mods else mods)
-        env["VERL_PLATFORM"] = "cpu"
-        env["OMP_NUM_THREADS"] = "1"
-        if env.get("CUDA_VISIBLE_DEVICES") == "":
-            del env["CUDA_VISIBLE_DEVICES"]  # Ray refuses logical GPUs when it is set but empty
-    return env
-
-
 def command(spec: VerlSpec, overrides: list[str], run: Path) -> tuple[list[str], Path]:
     """The verl command line (an argument list) and its working directory."""
     hydra = [f"hydra.run.dir={run / 'hydra'}", "hydra.job.chdir=False"]
@@ -81,28 +60,18 @@ def command(spec: VerlSpec, overrides: list[str], run: Path) -> tuple[list[str],
     return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, *hydra], run
 
 
-_PREFLIGHT = """
-import json, sys
-import verl
-from verl.trainer.ppo import core_algos
-from verl.utils.device import get_device_name, get_nccl_backend
-from verl.workers.rollout.replica import RolloutReplicaRegistry
-names = sorted(k for k in core_algos.ADV_ESTIMATOR_REGISTRY if k.startswith("phantom_grpo_"))
-json.dump({"verl": verl.__version__, "estimators": names, "device": get_device_name(), "ccl": get_nccl_backend(),
-           "rollouts": sorted(RolloutReplicaRegistry._registry)}, sys.stdout)
-"""
-
-
 def preflight(spec: VerlSpec, env: dict[str, str]) -> dict[str, Any]:
     """In a fresh interpreter with the run's environment: ``import verl`` must register the estimators.
 
     verl swallows entry-point import errors (logged at DEBUG), so without this check a broken
     install would surface only as "unknown advantage estimator" deep inside a Ray actor.
+    (``phantom.verl.doctor.plugin_check``; the doctor runs the same probe.)
     """
-    proc = subprocess.run([sys.executable, "-c", _PREFLIGHT], env=env, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise RuntimeError(f"`import verl` failed in the run's environment:\n{proc.stderr.strip()[-2000:]}")
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    from phantom.verl.doctor import plugin_check
+
+    check, info = plugin_check(env)
+    if info is None:
+        raise RuntimeError(f"`import verl` failed in the run's environment: {check.found}")
     if spec.estimator_name not in info["estimators"]:
         raise RuntimeError(
             f"verl {info['verl']} does not register {spec.estimator_name} on import (found {info['estimators']}): "
@@ -261,14 +230,26 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
                        "stop that process or wait for it")
     if run.check_startable(spec_dict):  # RunInUse for a live run, RunConflict for another spec
         return run
-    overrides = to_overrides(spec, run.path, name)
-    compose(overrides, spec.trainer, spec.recipe_path)
+    hw, decisions = None, []
+    if spec.backend == "gpu":  # the machine decides attention, micro-batches and vLLM's memory share
+        from phantom.verl import gpu
+
+        hw = gpu.probe()
+        decisions = gpu.resolve(spec, hw)["why"]
+    overrides = to_overrides(spec, run.path, name, hw)
+    notes: list[str] = []
+    compose(overrides, spec.trainer, spec.recipe_path, notes=notes)
     env = run_env(spec, run.path)
+    if spec.backend == "gpu":  # the doctor's table first (no CUDA, no vLLM, missing data: fails with the fixes)
+        from phantom.verl.doctor import preflight_gpu
+
+        preflight_gpu(spec, env, hw=hw, echo=progress)
     versions = preflight(spec, env)
     argv, cwd = command(spec, overrides, run.path)
     run = RunDir.start(name, spec_dict, kind="verl", root=runs_dir,
                        extra={"overrides": overrides, "command": argv, "backend": spec.backend, "preset": spec.preset,
-                              "preflight": versions})
+                              "preflight": versions, "decisions": decisions, "compose_notes": notes,
+                              "hardware": dataclasses.asdict(hw) if hw is not None else None})
     cwd = cwd if spec.trainer == "recipe_dapo" else run.path
     with run.stdout_path.open("w") as log:
         try:  # its own session, so that _stop can end verl and every Ray process it started
@@ -309,10 +290,35 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
     return run
 
 
+def _print_overrides(args: argparse.Namespace) -> int:
+    """``phantom verl overrides``: the full command, whether or not its data and model exist yet."""
+    from phantom.verl import gpu
+    from phantom.verl.spec import inputs_status
+
+    spec = make_spec(args.preset, check_inputs=False, **parse_sets(args.set))
+    name = args.name or default_name(spec)
+    run_path = runs_root(args.runs_dir) / name
+    hw = None
+    if spec.backend == "gpu":
+        hw = gpu.probe() if args.gpu_memory is None else gpu.Hardware(gpus=(("assumed", args.gpu_memory),))
+        for line in gpu.resolve(spec, hw)["why"]:
+            print(f"# {line}", file=sys.stderr)
+    print("\n".join(command(spec, to_overrides(spec, run_path, name, hw), run_path)[0]))
+    missing = [i for i in inputs_status(spec) if i["state"] == "missing"]
+    for item in missing:
+        print(f"# missing {item['input']}: {item['path']} ({item['fix']})", file=sys.stderr)
+    if not missing:
+        print("# every input exists (or is a Hub id verl downloads)", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="phantom verl", description="real verl 0.9.1 runs (CPU here, GPU for users)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("presets", help="list presets and their settings")
+    sub.add_parser("doctor", help="check this machine for a run (one table; each failed line says the fix)",
+                   add_help=False)
+    sub.add_parser("smoke", help="the first GPU run: gpu_smoke for all three arms, with checks", add_help=False)
     for cmd in ("run", "overrides"):
         p = sub.add_parser(cmd, help="launch a run" if cmd == "run" else "print the overrides a run would use")
         p.add_argument("--preset", default="cpu_tiny")
@@ -323,18 +329,23 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "run":
             p.add_argument("--timeout", type=float, default=None, help="seconds before the run is stopped")
             p.add_argument("--echo", action="store_true", help="copy verl's output to this terminal")
+        else:
+            p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+                           help="GPU memory to pick the memory row for (default: this machine's GPU)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["doctor"], ["smoke"]):  # their own parsers (full --help)
+        from importlib import import_module
+
+        return int(import_module(f"phantom.verl.{argv[0]}").main(argv[1:]))
     args = parser.parse_args(argv)
     if args.cmd == "presets":
         for p in presets():
             print(f"{p}: {json.dumps(load_preset(p))}")
         return 0
     try:
-        spec = make_spec(args.preset, **parse_sets(args.set))
         if args.cmd == "overrides":
-            name = args.name or default_name(spec)
-            run_path = runs_root(args.runs_dir) / name
-            print("\n".join(command(spec, to_overrides(spec, run_path, name), run_path)[0]))
-            return 0
+            return _print_overrides(args)
+        spec = make_spec(args.preset, **parse_sets(args.set))
         run = launch(spec, args.name, runs_dir=args.runs_dir, timeout=args.timeout, echo=args.echo)
     except (ValueError, FileNotFoundError, RunInUse, RunConflict) as exc:
         print(f"phantom verl: {exc}", file=sys.stderr)

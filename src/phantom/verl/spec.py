@@ -2,10 +2,13 @@
 
 A :class:`VerlSpec` names one run in the paper's terms (arm, estimator, lambda, DAPO filter, ...).
 :func:`to_overrides` turns it into the exact ``key=value`` list handed to
-``python -m verl.trainer.main_ppo``; :func:`compose` builds verl's own config from those overrides
-with Hydra's compose API and runs verl's ``validate_config``, so a typo or an inconsistent batch size
-fails in seconds instead of after Ray has started ~30 processes. Presets (``phantom/verl/presets/*.yaml``)
-hold the paper's settings; a preset may ``extends:`` another.
+``python -m verl.trainer.main_ppo``; :func:`phantom.verl.compose.compose` builds verl's own config from
+those overrides and runs verl's ``validate_config``. Presets (``phantom/verl/presets/*.yaml``) hold the
+paper's settings, each value with its source in a comment; a preset may ``extends:`` another.
+
+Machine-dependent settings (attention kernel, micro-batches, vLLM's memory share) stay ``None`` /
+``"auto"`` in a spec, so a spec names an experiment, not a machine: :func:`to_overrides` resolves them
+for the machine at hand (:mod:`phantom.verl.gpu`), and the run's manifest records the result.
 """
 
 from __future__ import annotations
@@ -13,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
-import warnings
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -24,19 +25,28 @@ import yaml
 
 from phantom import rewards
 from phantom.advantages import GATES
+from phantom.verl.compose import compose
+from phantom.verl.inputs import (
+    TINY_MODEL,
+    built_model,
+    inputs_status,
+    resolve_files,
+    resolve_model,
+    tiny_root,
+)
 from phantom.verl.reward import check_reward_kwargs
 
-__all__ = ["ARMS", "ESTIMATORS", "BACKENDS", "TRAINERS", "DAPO_METRICS", "VerlSpec", "presets", "load_preset",
-           "make_spec", "to_overrides", "compose", "TINY_MODEL", "tiny_root"]
+__all__ = ["ARMS", "ESTIMATORS", "BACKENDS", "TRAINERS", "DAPO_METRICS", "ATTENTIONS", "KL_TYPES", "VerlSpec",
+           "presets", "load_preset", "preset_path", "make_spec", "inputs_status", "to_overrides", "compose",
+           "TINY_MODEL", "tiny_root"]
 
 ARMS = GATES  # which groups get zero advantage: none, score, outcome
 ESTIMATORS = ("grpo", "drgrpo", "gspo")
 BACKENDS = ("cpu", "gpu")
 TRAINERS = ("v1", "legacy", "recipe_dapo")
 DAPO_METRICS = ("acc", "score", "reward")
-#: ``model: tiny`` on the CPU backend means the project's random Qwen2 (built locally on first use).
-TINY_MODEL = "tiny"
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+ATTENTIONS = ("auto", "sdpa", "flash_attention_2")
+KL_TYPES = tuple(k + p for k in ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3") for p in ("", "+"))
 
 
 @dataclass(frozen=True)
@@ -81,13 +91,34 @@ class VerlSpec:
     reward_options: dict = field(default_factory=dict)  # more reward kwargs: cap, checker, l_max, l_cache, noise_seed
     extra_overrides: tuple[str, ...] = ()
     preset: str | None = field(default=None, compare=False)
+    # Fields below were added later; at their defaults they are left out of to_dict() (and so of the
+    # spec hash), so earlier run folders keep their identity. None = verl's default, or (micro-batches,
+    # memory) the backend's choice for the machine; "auto" means the same.
+    mini_batch_size: int | None = None  # actor.ppo_mini_batch_size; None = train_batch_size (1 update/step)
+    micro_batch_size: int | str | None = None  # actor.ppo_micro_batch_size_per_gpu
+    logprob_micro_batch_size: int | str | None = None  # rollout/ref log_prob_micro_batch_size_per_gpu
+    gpu_memory_utilization: float | str | None = None  # rollout.gpu_memory_utilization (vLLM)
+    attention: str = "auto"  # auto: flash_attention_2 + remove-padding if flash-attn imports, else sdpa
+    lora_merge: bool | None = None  # model.lora.merge; None: verl's False on GPU, True on the CPU backend
+    kl_loss_type: str | None = None  # actor.kl_loss_type
+    gradient_checkpointing: bool | None = None  # model.enable_gradient_checkpointing
+    enforce_eager: bool | None = None  # rollout.enforce_eager (vLLM without CUDA graphs)
+    free_cache_engine: bool | None = None  # rollout.free_cache_engine
+    max_model_len: int | None = None  # rollout.max_model_len
+    filter_overlong_prompts: bool | None = None  # data.filter_overlong_prompts
+    ref_param_offload: bool | None = None  # ref.fsdp_config.param_offload
+    total_epochs: int | None = None  # trainer.total_epochs
+    val_max_samples: int | None = None  # data.val_max_samples (None: the whole held-out file)
 
     def to_dict(self) -> dict[str, Any]:
-        """The spec as stored in the manifest (and hashed): ``preset`` is a label, empty options are left out."""
+        """The spec as stored in the manifest (and hashed): ``preset`` is a label, defaults of later fields are left out."""
         d = dataclasses.asdict(self)
         d.pop("preset")
         if not d["reward_options"]:
             d.pop("reward_options")
+        for f in dataclasses.fields(self):
+            if f.name in _LATER and d[f.name] == f.default:
+                d.pop(f.name)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @property
@@ -99,16 +130,35 @@ class VerlSpec:
         return {"lam": self.lam, "kind": self.kind, "noise_p": self.noise_p, **self.reward_options}
 
 
+_LATER = {f.name for f in dataclasses.fields(VerlSpec)[[f.name for f in dataclasses.fields(VerlSpec)].index("mini_batch_size"):]}
+#: Later fields that map one to one onto a verl key (emitted only when set).
+_VERL_KEYS = {
+    "kl_loss_type": "actor_rollout_ref.actor.kl_loss_type",
+    "enforce_eager": "actor_rollout_ref.rollout.enforce_eager",
+    "free_cache_engine": "actor_rollout_ref.rollout.free_cache_engine",
+    "max_model_len": "actor_rollout_ref.rollout.max_model_len",
+    "filter_overlong_prompts": "data.filter_overlong_prompts",
+    "ref_param_offload": "actor_rollout_ref.ref.fsdp_config.param_offload",
+    "total_epochs": "trainer.total_epochs",
+    "val_max_samples": "data.val_max_samples",
+}
+
+
 def presets() -> list[str]:
     """Names of the shipped presets."""
     return sorted(p.name[:-5] for p in resources.files("phantom.verl").joinpath("presets").iterdir() if p.name.endswith(".yaml"))
 
 
-def load_preset(name: str) -> dict[str, Any]:
-    """A preset's fields, with ``extends:`` chains merged (the child wins)."""
+def preset_path(name: str) -> Path:
+    """The preset's YAML file (each value there carries its source in a comment)."""
     if name not in presets():
         raise ValueError(f"preset={name!r} is unknown; allowed: {', '.join(presets())}")
-    data = yaml.safe_load(resources.files("phantom.verl").joinpath("presets", f"{name}.yaml").read_text()) or {}
+    return Path(str(resources.files("phantom.verl").joinpath("presets", f"{name}.yaml")))
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """A preset's fields, with ``extends:`` chains merged (the child wins)."""
+    data = yaml.safe_load(preset_path(name).read_text()) or {}
     parent = data.pop("extends", None)
     data.pop("description", None)
     return {**(load_preset(parent) if parent else {}), **data}
@@ -125,64 +175,13 @@ def _positive(name: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
-def _files(name: str, value: Any, base: Path) -> tuple[str, ...]:
-    items = [value] if isinstance(value, (str, os.PathLike)) else list(value or [])
-    if not items:
-        raise ValueError(f"{name} is empty; give at least one parquet file")
-    out = []
-    for item in items:
-        s = str(item)
-        if "://" in s:  # hdfs://, s3://: verl copies them itself
-            out.append(s)
-            continue
-        p = (base / s).resolve()
-        if not p.is_file():
-            raise FileNotFoundError(f"{name}: {p} does not exist (build data with `phantom data ...`)")
-        out.append(str(p))
-    return tuple(out)
-
-
-def _built_model(value: str, root: Path) -> tuple[str, str, str] | None:
-    """(model, train, test) for the project's locally built models, else None.
-
-    ``tiny``: a random Qwen2 with addition data (:mod:`phantom.verl.cpu.assets`). ``lab`` or
-    ``lab:<profile>``: the CPU lab's SFT checkpoint (``phantom.lab.sft.ensure_sft_model``, trained on
-    first use) and its task in verl form (``phantom.verl.data.build_lab``).
-    """
-    if value == TINY_MODEL:
-        from phantom.verl.cpu.assets import ensure_tiny
-
-        tiny = ensure_tiny(tiny_root(root))
-        return str(tiny["model"]), str(tiny["train"]), str(tiny["test"])
-    if value == "lab" or value.startswith("lab:"):
-        from phantom.lab.sft import ensure_sft_model
-        from phantom.verl.data import build_lab
-
-        profile = value.partition(":")[2] or "lab"
-        artifacts = (root / os.environ.get("PHANTOM_ARTIFACTS", "artifacts")).resolve()
-        model = ensure_sft_model(profile, root=artifacts)
-        data = artifacts / "data" / f"lab-{Path(model).name}"  # keyed by the checkpoint, so by its task
-        if not (data / "test.parquet").is_file():
-            build_lab(data, profile=profile)
-        return str(model), str(data / "train.parquet"), str(data / "test.parquet")
-    return None
-
-
-def _model(value: str, backend: str, base: Path) -> str:
-    p = (base / value).expanduser().resolve()
-    if p.is_dir():
-        if not (p / "config.json").is_file():
-            raise FileNotFoundError(f"model: {p} has no config.json (not a Hugging Face model folder)")
-        return str(p)
-    if backend == "gpu" and _HUB_ID.match(value) and not value.startswith((".", "/", "~")):
-        return value  # a Hub id: verl downloads it on the GPU machine
-    raise FileNotFoundError(f"model: {p} does not exist" + ("" if backend == "gpu" else " (backend=cpu needs a local model)"))
-
-
-def make_spec(preset: str | None = None, base: str | os.PathLike[str] | None = None, **fields: Any) -> VerlSpec:
+def make_spec(preset: str | None = None, base: str | os.PathLike[str] | None = None, check_inputs: bool = True,
+              **fields: Any) -> VerlSpec:
     """Validate a spec (a preset plus field overrides); raise ``ValueError``/``FileNotFoundError`` naming the problem.
 
-    Relative paths are resolved against ``base`` (default: the current directory).
+    Relative paths are resolved against ``base`` (default: the current directory). ``check_inputs=False``
+    resolves model and data paths without requiring them to exist (and builds nothing): enough to print
+    the command; :func:`inputs_status` then says what is missing.
     """
     data = {**(load_preset(preset) if preset else {}), **{k: v for k, v in fields.items() if v is not None}}
     known = {f.name for f in dataclasses.fields(VerlSpec)} - {"preset"}
@@ -192,23 +191,33 @@ def make_spec(preset: str | None = None, base: str | os.PathLike[str] | None = N
     root = Path(base or os.getcwd())
     if isinstance(data.get("arm"), str) and data["arm"].startswith("phantom_grpo_"):
         data["arm"] = data["arm"][len("phantom_grpo_"):]  # accept the estimator's name for the arm
+    for k in ("extra_overrides", "train_files", "val_files"):
+        if isinstance(data.get(k), list):
+            data[k] = tuple(data[k])
     spec = VerlSpec(**{**data, "preset": preset})
     _check(spec)  # everything cheap first: a typo never waits for a model to be built
     model = str(spec.model)
     if (model == TINY_MODEL or model.split(":")[0] == "lab") and spec.backend != "cpu":
         raise ValueError(f"model={model!r} is a CPU model; give a model path or Hub id for backend=gpu")
-    built = _built_model(model, root)
+    built = built_model(model, root, build=check_inputs)
     if built is not None:  # "tiny" / "lab[:profile]": the model (and its data, unless given) built locally
         files = {} if spec.train_files or spec.val_files else {"train_files": [built[1]], "val_files": [built[2]]}
         spec = dataclasses.replace(spec, model=built[0], **files)
     return dataclasses.replace(
         spec,
-        model=_model(spec.model, spec.backend, root),
-        train_files=_files("train_files", spec.train_files, root),
-        val_files=_files("val_files", spec.val_files, root),
+        model=resolve_model(spec.model, spec.backend, root, check=check_inputs),
+        train_files=resolve_files("train_files", spec.train_files, root, check=check_inputs),
+        val_files=resolve_files("val_files", spec.val_files, root, check=check_inputs),
         recipe_path=str(Path(spec.recipe_path).resolve()) if spec.recipe_path else None,
         extra_overrides=tuple(spec.extra_overrides),
     )
+
+
+def _optional(name: str, value: Any, kind: type, test: Any, allowed: str, auto: bool = False) -> None:
+    if value is None or (auto and value == "auto"):
+        return
+    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind) or not test(value):
+        raise ValueError(f"{name}={value!r} is invalid; allowed: {allowed}" + (", auto" if auto else "") + " or null")
 
 
 def _check(spec: VerlSpec) -> None:
@@ -219,6 +228,7 @@ def _check(spec: VerlSpec) -> None:
     _choice("trainer", spec.trainer, TRAINERS)
     _choice("dapo_metric", spec.dapo_metric, DAPO_METRICS)
     _choice("kind", spec.kind, rewards.KINDS)
+    _choice("attention", spec.attention, ATTENTIONS)
     # lam < 1 keeps outcome == (score > 0): the outcome gate decodes it (and so do the statistics).
     check_reward_kwargs(spec.reward_kwargs)
     for name in ("steps", "train_batch_size", "rollout_n", "max_prompt_length", "max_response_length",
@@ -234,6 +244,19 @@ def _check(spec: VerlSpec) -> None:
             raise ValueError(f"{name}={value!r} is invalid; allowed: a finite number >= 0")
     if not (spec.val_freq == -1 or spec.val_freq >= 1):
         raise ValueError(f"val_freq={spec.val_freq!r} is invalid; allowed: -1 (never) or a step count >= 1")
+    for name in ("micro_batch_size", "logprob_micro_batch_size"):
+        _optional(name, getattr(spec, name), int, lambda v: v >= 1, "an integer >= 1", auto=True)
+    _optional("gpu_memory_utilization", spec.gpu_memory_utilization, (int, float), lambda v: 0 < v < 1,
+              "a number in (0, 1)", auto=True)
+    for name in ("mini_batch_size", "max_model_len", "total_epochs", "val_max_samples"):
+        _optional(name, getattr(spec, name), int, lambda v: v >= 1, "an integer >= 1")
+    for name in ("lora_merge", "gradient_checkpointing", "enforce_eager", "free_cache_engine",
+                 "filter_overlong_prompts", "ref_param_offload"):
+        _optional(name, getattr(spec, name), bool, lambda v: True, "true, false")
+    if spec.kl_loss_type is not None:
+        _choice("kl_loss_type", spec.kl_loss_type, KL_TYPES)
+    if spec.mini_batch_size is not None and spec.train_batch_size % spec.mini_batch_size:
+        raise ValueError(f"mini_batch_size={spec.mini_batch_size} must divide train_batch_size={spec.train_batch_size}")
     if spec.dapo and spec.trainer == "legacy":
         raise ValueError("dapo=True needs trainer=v1 (replay-buffer filter) or trainer=recipe_dapo; "
                          "the legacy trainer has no group filter")
@@ -246,19 +269,17 @@ def _check(spec: VerlSpec) -> None:
                 "(git clone https://github.com/verl-project/verl-recipe recipe)")
 
 
-def tiny_root(base: str | os.PathLike[str] | None = None) -> Path:
-    """Where the tiny CPU model and its data are built: ``$PHANTOM_ARTIFACTS/verl_cpu/tiny`` (default ``artifacts``)."""
-    return (Path(base or os.getcwd()) / os.environ.get("PHANTOM_ARTIFACTS", "artifacts") / "verl_cpu" / "tiny").resolve()
-
-
 def _lst(values: tuple[str, ...]) -> str:
     return values[0] if len(values) == 1 else "[" + ",".join(f"'{v}'" for v in values) + "]"
 
 
-def to_overrides(spec: VerlSpec, run_dir: str | os.PathLike[str], name: str) -> list[str]:
-    """verl Hydra overrides for ``spec`` (a validated one: see :func:`make_spec`)."""
+def to_overrides(spec: VerlSpec, run_dir: str | os.PathLike[str], name: str, hw: Any = None) -> list[str]:
+    """verl Hydra overrides for ``spec`` (a validated one: see :func:`make_spec`).
+
+    ``hw`` (a :class:`phantom.verl.gpu.Hardware`) decides the GPU backend's attention kernel,
+    micro-batches and memory share; ``None`` probes this machine.
+    """
     run = Path(run_dir).resolve()
-    model = spec.model
     b, n = spec.train_batch_size, spec.rollout_n
     use_kl = spec.kl_loss_coef > 0
     a, r, rw, t = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "reward.custom_reward_function", "trainer"
@@ -270,10 +291,10 @@ def to_overrides(spec: VerlSpec, run_dir: str | os.PathLike[str], name: str) -> 
         f"data.train_files={_lst(spec.train_files)}", f"data.val_files={_lst(spec.val_files)}",
         f"data.train_batch_size={b}", f"data.max_prompt_length={spec.max_prompt_length}",
         f"data.max_response_length={spec.max_response_length}", f"data.seed={spec.seed}",
-        f"actor_rollout_ref.model.path={model}",
+        f"actor_rollout_ref.model.path={spec.model}",
         f"actor_rollout_ref.model.lora_rank={spec.lora_rank}",
         f"actor_rollout_ref.model.lora_alpha={spec.lora_alpha}",
-        f"{a}.optim.lr={spec.lr}", f"{a}.ppo_mini_batch_size={b}",  # one on-policy update per step
+        f"{a}.optim.lr={spec.lr}", f"{a}.ppo_mini_batch_size={spec.mini_batch_size or b}",
         f"{a}.use_kl_loss={use_kl}", f"{a}.kl_loss_coef={spec.kl_loss_coef}",
         f"{r}.n={n}", f"{r}.temperature={spec.temperature}", f"{r}.seed={spec.seed}",
         f"{rw}.path=pkg://phantom.verl.reward", f"{rw}.name=compute_score",
@@ -289,6 +310,7 @@ def to_overrides(spec: VerlSpec, run_dir: str | os.PathLike[str], name: str) -> 
         f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={run / 'metrics.jsonl'}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.PHANTOM_GATE_LOG={run / 'gate.jsonl'}",
     ]
+    o += [f"{key}={getattr(spec, f)}" for f, key in _VERL_KEYS.items() if getattr(spec, f) is not None]
     if spec.estimator == "gspo":
         o += [f"{a}.policy_loss.loss_mode=gspo", f"{a}.loss_agg_mode=seq-mean-token-mean"]
     if spec.clip_ratio_low is not None:
@@ -304,22 +326,29 @@ def to_overrides(spec: VerlSpec, run_dir: str | os.PathLike[str], name: str) -> 
         o += [f"data.gen_batch_size={spec.gen_batch_size or b}", "hydra.searchpath=[pkg://verl.trainer.config]"]
     if spec.ray_address:
         o.append(f"+ray_kwargs.ray_init.address={spec.ray_address}")
-    o += _cpu_overrides(spec, run) if spec.backend == "cpu" else _gpu_overrides(spec)
+    if spec.backend == "cpu":
+        o += _cpu_overrides(spec, run)
+    else:
+        from phantom.verl import gpu
+
+        o += gpu.gpu_overrides(spec, hw if hw is not None else gpu.probe())
     return o + list(spec.extra_overrides)
 
 
 def _cpu_overrides(spec: VerlSpec, run: Path) -> list[str]:
     a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
     micro = spec.train_batch_size * spec.rollout_n
+    actor_micro = micro if spec.micro_batch_size in (None, "auto") else spec.micro_batch_size
+    lp_micro = micro if spec.logprob_micro_batch_size in (None, "auto") else spec.logprob_micro_batch_size
     ranks = spec.n_gpus_per_node * spec.nnodes
     o = [
         "actor_rollout_ref.model.use_remove_padding=False",  # the rmpad path wants flash-attn varlen
-        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+        f"actor_rollout_ref.model.enable_gradient_checkpointing={bool(spec.gradient_checkpointing)}",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # verl's default is FA2
-        f"{a}.strategy=fsdp2", f"{a}.ppo_micro_batch_size_per_gpu={micro}",
+        f"{a}.strategy=fsdp2", f"{a}.ppo_micro_batch_size_per_gpu={actor_micro}",
         f"{a}.use_torch_compile=False", f"{a}.fsdp_config.use_torch_compile=False",
         f"{r}.name=hf", f"{r}.tensor_model_parallel_size=1", f"{r}.load_format=auto",
-        f"{r}.log_prob_micro_batch_size_per_gpu={micro}", f"{r}.agent.num_workers=1",
+        f"{r}.log_prob_micro_batch_size_per_gpu={lp_micro}", f"{r}.agent.num_workers=1",
         f"{r}.max_num_seqs={1024 if spec.rollout_batching else 1}",
         "reward.num_workers=1", "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "data.dataloader_num_workers=0", "trainer.device=cpu",
@@ -329,57 +358,11 @@ def _cpu_overrides(spec: VerlSpec, run: Path) -> list[str]:
         # Each FSDP rank's bundle asks for 3 CPUs + 1 logical GPU: declare enough of both.
         f"ray_kwargs.ray_init.num_cpus={max(8, 3 * ranks + 4)}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.PHANTOM_ROLLOUT_LOG={run / 'rollout.jsonl'}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.PHANTOM_SYNC_LOG={run / 'sync.jsonl'}",
     ]
     if spec.kl_loss_coef > 0:
-        o.append(f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}")
+        o.append(f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={lp_micro}")
     if spec.lora_rank > 0:
-        o.append("actor_rollout_ref.model.lora.merge=True")  # the hf server takes merged weights
+        # The hf server takes merged weights or, with lora_merge=False, verl's adapter protocol.
+        o.append(f"actor_rollout_ref.model.lora.merge={True if spec.lora_merge is None else spec.lora_merge}")
     return o
-
-
-def _gpu_overrides(spec: VerlSpec) -> list[str]:
-    a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-    o = [f"{a}.ppo_micro_batch_size_per_gpu=8", f"{r}.name=vllm", f"{r}.tensor_model_parallel_size=1",
-         f"{r}.log_prob_micro_batch_size_per_gpu=16", f"{r}.gpu_memory_utilization=0.5"]
-    if spec.lora_rank > 0:
-        o.append(f"{r}.load_format=safetensors")  # verl's LoRA docs: the rollout loads real weights
-    if spec.kl_loss_coef > 0:
-        o.append("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16")
-    return o
-
-
-def compose(overrides: list[str], trainer: str = "v1", recipe_path: str | None = None, validate: bool = True) -> Any:
-    """verl's config composed from ``overrides`` and (``validate=True``) checked by verl's ``validate_config``.
-
-    Raises ``ValueError`` with Hydra's or verl's message; ``hydra.*`` overrides are skipped (they
-    configure the launcher process, not the config). verl's validation also instantiates the rollout
-    config, which for ``rollout.name=vllm`` requires vLLM to be installed: on a CPU-only machine compose
-    GPU specs with ``validate=False``.
-    """
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    cfg_overrides = [x for x in overrides if not x.startswith("hydra.")]
-    GlobalHydra.instance().clear()
-    try:
-        if trainer == "recipe_dapo":
-            cfg_overrides.append("hydra.searchpath=[pkg://verl.trainer.config]")
-            ctx = initialize_config_dir(str(Path(recipe_path or ".") / "recipe" / "dapo" / "config"), version_base=None)
-            name = "dapo_trainer"
-        else:
-            ctx, name = initialize_config_module("verl.trainer.config", version_base=None), "ppo_trainer"
-        with ctx:
-            cfg = hydra_compose(config_name=name, overrides=cfg_overrides)
-        if validate:
-            from verl.trainer.ppo.utils import need_critic, need_reference_policy
-            from verl.utils.config import validate_config
-
-            with warnings.catch_warnings():  # "Disabled critic as adv_estimator != gae": expected for GRPO
-                warnings.filterwarnings("ignore", message="Disabled critic")
-                validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    except Exception as exc:  # Hydra/OmegaConf/verl raise many types; the caller wants one
-        raise ValueError(f"verl config rejected the overrides: {type(exc).__name__}: {exc}") from exc
-    finally:
-        GlobalHydra.instance().clear()
-    return cfg

@@ -3,7 +3,7 @@
 Importing this package does nothing to verl. The launcher makes verl load
 :mod:`phantom.verl.cpu.plugin` in every process through verl's own hook
 (``VERL_USE_EXTERNAL_MODULES=phantom.verl.cpu.plugin``); that module registers the pieces and applies
-the two monkeypatches. :mod:`phantom.verl.cpu.assets` builds a tiny random Qwen2 model, a byte-level
+the three monkeypatches. :mod:`phantom.verl.cpu.assets` builds a tiny random Qwen2 model, a byte-level
 tokenizer and parquet data locally (nothing is downloaded).
 """
 

@@ -156,7 +156,7 @@ def dedupe_backend(backend: Any) -> Any:
 
 
 def apply_patches() -> None:
-    """The two monkeypatches the CPU path needs (idempotent). Each is a no-op on a GPU machine."""
+    """The three monkeypatches the CPU path needs (idempotent). Each is a no-op on a GPU machine."""
     # 1. verl.utils.distributed.initialize_global_process_group(_ray) builds
     #    f"cpu:gloo,{device}:{ccl}", i.e. "cpu:gloo,cpu:gloo" on this platform, and torch rejects
     #    a device type named twice ("Duplicate device type cpu in backend string").
@@ -187,3 +187,24 @@ def apply_patches() -> None:
 
         __init__._phantom_cpu = True  # type: ignore[attr-defined]
         CPUOffloadPolicy.__init__ = __init__
+
+    # 3. verl's FSDP engine (models/transformers/monkey_patch.py) imports TRL's
+    #    AutoModelForCausalLMWithValueHead whenever `trl` is importable; TRL 1.x has no such class,
+    #    so with TRL 1.16 in the same environment every actor init fails with an ImportError. The
+    #    class only matters for value-head critics, so "TRL available" is narrowed to "TRL with it".
+    #    Patched where verl reads it, before the engine module binds the name.
+    import sys
+
+    from verl.utils import import_utils
+
+    from phantom.verl.doctor import trl_has_value_head
+
+    if not getattr(import_utils.is_trl_available, "_phantom_cpu", False):
+        def is_trl_available() -> bool:
+            return trl_has_value_head()
+
+        is_trl_available._phantom_cpu = True  # type: ignore[attr-defined]
+        import_utils.is_trl_available = is_trl_available
+        for name in ("verl.models.transformers.monkey_patch", "verl.utils.model"):
+            if name in sys.modules:
+                sys.modules[name].is_trl_available = is_trl_available

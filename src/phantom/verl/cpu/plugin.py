@@ -1,7 +1,7 @@
 """Loaded by ``import verl`` in every process of a CPU run (``VERL_USE_EXTERNAL_MODULES``).
 
 It pins verl to 0.9.1 (the rollout backend relies on private registries that change between
-releases), selects the CPU platform, registers the ``hf`` rollout backend and applies the two
+releases), selects the CPU platform, registers the ``hf`` rollout backend and applies the three
 patches in :func:`phantom.verl.cpu.platform.apply_patches`. verl's hook raises on an import error,
 so a broken install fails loudly in the first process instead of hanging a Ray actor.
 """

@@ -11,7 +11,9 @@ a fourth backend, ``actor_rollout_ref.rollout.name=hf``:
   most ``rollout.max_num_seqs`` requests (``max_num_seqs=1`` is the one-at-a-time baseline).
 * :class:`HFReplica` (verl's ``RolloutReplica``) starts one server per replica, and
   :class:`HFServerAdapter` (verl's ``BaseRollout``, inside each FSDP worker) pushes the trained
-  weights to it after every step through Ray's object store.
+  weights to it after every step through Ray's object store: full weights, merged LoRA weights, or
+  (``lora.merge=False``, verl's default) only the LoRA adapters (the base too, once, with
+  ``load_format=dummy``), applied unmerged as vLLM does (:mod:`phantom.verl.cpu.lora`).
 
 Returned log-probabilities are ``log_softmax(logits / temperature)`` of the sampled token over the
 full vocabulary, the quantity verl's actor recomputes, so the rollout/actor agreement metrics
@@ -43,6 +45,8 @@ WINDOW_S = float(os.environ.get("PHANTOM_HF_BATCH_WINDOW_MS", "20")) / 1000.0
 MAX_WAIT_S = 1.0
 #: When set, every generated batch appends {"step", "requests", "seconds", "tokens", "max_batch"} here.
 LOG_ENV = "PHANTOM_ROLLOUT_LOG"
+#: When set, every weight update appends {"step", "mode": full|base|adapter, "tensors", "lora_rank", "checksum"}.
+SYNC_LOG_ENV = "PHANTOM_SYNC_LOG"
 
 
 def server_name(replica_rank: int, kind: str = "") -> str:
@@ -159,6 +163,8 @@ class HFServer:
         self.arrived = asyncio.Event()
         self.batcher: asyncio.Task | None = None
         self.stats = {"requests": 0, "batches": 0}
+        self.peft: Any = None  # the PEFT-wrapped model once LoRA adapters are synced unmerged
+        self.syncs: list[str] = []  # mode of every weight update, in order
 
     def _request(self, prompt_ids: list[int], params: dict[str, Any]) -> Request:
         room = self.max_model_len - len(prompt_ids)
@@ -227,9 +233,30 @@ class HFServer:
                 fh.write(json.dumps(rec) + "\n")
         return outs
 
-    async def update_weights(self, state_dict: dict[str, torch.Tensor], global_steps: int | None = None) -> int:
+    async def update_weights(self, state_dict: dict[str, torch.Tensor], global_steps: int | None = None,
+                             peft_config: dict | None = None, base_sync_done: bool = True) -> int:
+        """Load trained weights. ``peft_config=None``: full (or merged-LoRA) weights. With a ``peft_config``:
+        verl's unmerged-adapter protocol (:mod:`phantom.verl.cpu.lora`): adapters (and once a base)."""
+        from phantom.verl.cpu import lora
+
+        mode = "full" if peft_config is None else "adapter" if base_sync_done else "base"
+
         def load() -> None:
             with self.lock:
+                if mode == "base":
+                    if self.peft is None:  # wrap once; the generator then samples the adapted model
+                        self.peft = lora.wrap(self.gen.model, peft_config)
+                        self.gen.model = self.peft
+                    lora.load_base(self.peft, state_dict)
+                    return
+                if mode == "adapter":
+                    if self.peft is None:  # load_format != dummy: the base is what the server read from disk
+                        self.peft = lora.wrap(self.gen.model, peft_config)
+                        self.gen.model = self.peft
+                    lora.load_adapters(self.peft, state_dict)
+                    return
+                if self.peft is not None:
+                    raise RuntimeError("full weights arrived after LoRA adapter sync started")
                 model = self.gen.model
                 missing, unexpected = model.load_state_dict(state_dict, strict=False)
                 missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied embeddings
@@ -241,6 +268,13 @@ class HFServer:
         await asyncio.to_thread(load)
         if global_steps is not None:
             self.global_steps = global_steps
+        self.syncs.append(mode)
+        if path := os.environ.get(SYNC_LOG_ENV):  # one line per weight update (runs/<name>/sync.jsonl)
+            rec = {"step": self.global_steps or 0, "mode": mode, "tensors": len(state_dict),
+                   "lora_rank": None if peft_config is None else peft_config.get("r"),
+                   "checksum": round(self.weight_checksum(), 6)}
+            with open(path, "a") as fh:
+                fh.write(json.dumps(rec) + "\n")
         return len(state_dict)
 
     def weight_checksum(self) -> float:
@@ -317,16 +351,11 @@ class HFServerAdapter(BaseRollout):
 
     @torch.no_grad()
     async def update_weights(self, weights: Any, wire_format: str = "named_tensors", peft_config: Any = None,
-                             global_steps: int | None = None, **kwargs: Any) -> None:
+                             global_steps: int | None = None, base_sync_done: bool = True, **kwargs: Any) -> None:
         from verl.workers.rollout.utils import ensure_async_iterator
 
         if wire_format != "named_tensors":
-            raise NotImplementedError(f"the hf CPU rollout takes full weights, not wire_format={wire_format!r}")
-        if peft_config is not None:
-            raise NotImplementedError(
-                "the hf CPU rollout takes merged weights; with LoRA set actor_rollout_ref.model.lora.merge=True "
-                "(the phantom launcher does this for backend=cpu)"
-            )
+            raise NotImplementedError(f"the hf CPU rollout takes named tensors, not wire_format={wire_format!r}")
         state: dict[str, torch.Tensor] = {}
         # Every rank must drain the generator: FSDP's full_tensor() gathers are collectives.
         async for name, tensor in ensure_async_iterator(weights):
@@ -337,4 +366,5 @@ class HFServerAdapter(BaseRollout):
         if self.rollout_rank == 0:
             if self._server is None:
                 self._server = ray.get_actor(server_name(self.replica_rank))
-            await self._server.update_weights.remote(state, global_steps)
+            config = dict(peft_config) if peft_config is not None else None
+            await self._server.update_weights.remote(state, global_steps, config, base_sync_done)
