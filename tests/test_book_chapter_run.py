@@ -1,13 +1,19 @@
-"""`phantom chapter run NAME -p key value`: a real papermill run with non-default parameters."""
+"""`phantom chapter run NAME -p key value`: a real papermill run with non-default parameters; the result
+chapters' checked claims fail when the run data they read stop supporting their prose."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+
+from phantom.book.chapters import resolve_chapter
+from phantom.book.execute import execute_chapter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,3 +35,50 @@ def test_chapter_run_with_other_parameters(tmp_path):
     assert "λ = 0.5: all-fail group max |A| = 1.42 under GRPO" in html   # Figure 2.1 opens at the new λ
     assert "One group of 6 responses" in html                           # Figure 2.2 uses the new G
     assert not [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def _edit_metrics(run: Path, step: int, key: str, value: float) -> None:
+    """Set ``key`` at ``step`` in a run folder's metrics.jsonl (verl's file-logger lines)."""
+    path = run / "metrics.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    hit = [rec for rec in lines if rec["step"] == step and key in rec["data"]]
+    assert hit, (run.name, step, key)
+    for rec in hit:
+        rec["data"][key] = value
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
+
+
+def _statuses(res) -> dict[str, str]:
+    return {r["key"]: r["status"] for r in res.claims}
+
+
+@pytest.mark.slow
+def test_verl_chapter_claims_follow_the_committed_runs(tmp_path):
+    """Chapter 5 says the outcome arm keeps its held-out accuracy: on a copy of the runs whose outcome arm
+    ends at 0.2, that claim fails while the others still hold."""
+    runs = tmp_path / "verl_cpu_lab"
+    shutil.copytree(ROOT / "data" / "runs" / "verl_cpu_lab", runs)
+    _edit_metrics(runs / "verl-cpu-lora-outcome", 40, "val-core/phantom_lab/acc/mean@1", 0.2)
+    res = execute_chapter(resolve_chapter("verl_runs", ROOT), tmp_path / "ch5.ipynb", {"run_root": str(runs)},
+                          root=ROOT, runs=tmp_path / "runs", force=True)
+    status = _statuses(res)
+    assert status["outcome-arm-holds"] == "fails", status
+    assert status["unsafe-arms-collapse"] == status["score-gate-idle-early"] == "holds", status
+    html = "".join(o.get("data", {}).get("text/html", "") for c in nbformat.read(res.path, as_version=4).cells
+                   if c.cell_type == "code" for o in c.get("outputs", []))
+    assert 'data-claim="outcome-arm-holds"' in html  # the "not reproduced" box in place
+
+
+@pytest.mark.slow
+def test_rules_chapter_trl_claims_follow_the_committed_runs(tmp_path):
+    """Chapter 9 says the gated TRL arm holds in every seed: on a copy whose seed-1 gated run ends at 0.1,
+    that claim fails while the collapse of TRL's default still holds."""
+    runs = tmp_path / "trl_cpu_lab"
+    shutil.copytree(ROOT / "data" / "runs" / "trl_cpu_lab", runs)
+    gated = sorted(p for p in runs.iterdir() if p.name.startswith("trl-outcome-"))[-1]
+    _edit_metrics(gated, 40, "val-core/phantom_lab/acc/mean@1", 0.1)
+    res = execute_chapter(resolve_chapter("rules", ROOT), tmp_path / "ch9.ipynb", {"trl_runs": str(runs)},
+                          root=ROOT, runs=tmp_path / "runs", force=True)
+    status = _statuses(res)
+    assert status["trl-gate-holds"] == "fails", status
+    assert status["trl-default-collapses"] == status["trl-dashboard-misses-the-phantom"] == "holds", status
