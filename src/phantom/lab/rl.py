@@ -262,7 +262,7 @@ def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,
     existing = RunDir(runs_root(root) / name)
     if existing.check_startable(d):
         return existing
-    ckpt = ensure_sft_model(spec.model, progress=progress)
+    ckpt = ensure_sft_model(spec.sft, progress=progress)
     trainer = Trainer(spec, ckpt)
     run = RunDir.start(name, d, kind="lab", root=root,
                        extra={"checkpoint": str(ckpt), "sft": {k: trainer.sft_meta.get(k) for k in
