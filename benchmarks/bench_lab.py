@@ -13,6 +13,10 @@ cache, scoring, gated advantages, PPO update, held-out evaluation every ``eval_e
 The analytic count is cross-checked once against ``torch.utils.flop_counter`` on a real update.
 
 usage: python benchmarks/bench_lab.py [--steps 40] [--arms none,outcome] [--model lab] [--matmul 384]
+                                     [--checkpoint DIR --set key=value ...]
+
+``--checkpoint`` runs the same loop on another checkpoint folder (e.g. an older lab's, to compare code
+versions on one model); ``--set`` overrides ArmSpec fields (``--set task='{"terms": [2, 5]}'``).
 """
 
 from __future__ import annotations
@@ -114,13 +118,19 @@ def main() -> None:
     ap.add_argument("--model", default="lab")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--matmul", type=int, default=384, help="baseline matmul size n (n x n @ n x n)")
+    ap.add_argument("--checkpoint", default=None, help="checkpoint folder to use instead of the profile's")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="ArmSpec field for every arm")
     args = ap.parse_args()
+    from phantom.cli import parse_sets
+
     torch.set_num_threads(1)
-    ckpt = ensure_sft_model(args.model)
+    ckpt = args.checkpoint or ensure_sft_model(args.model)
+    sets = parse_sets(args.sets)
     base0 = matmul_gflops(args.matmul)
     rows = []
     for arm in args.arms.split(","):
-        spec = ArmSpec(arm=arm, steps=args.steps, model=args.model, seed=args.seed)
+        spec = ArmSpec.from_dict({"arm": arm, "steps": args.steps, "model": args.model, "seed": args.seed, **sets})
         tr = Trainer(spec, ckpt)
         cnt = Counter(tr)
         t0 = time.perf_counter()
@@ -135,9 +145,10 @@ def main() -> None:
                      acc))
     base1 = matmul_gflops(args.matmul)
     base = (base0 + base1) / 2
-    analytic, counted = crosscheck(Trainer(ArmSpec(model=args.model), ckpt))
+    analytic, counted = crosscheck(Trainer(ArmSpec.from_dict({"model": args.model, **sets}), ckpt))
     load = os.getloadavg()
-    print(f"\nCPU lab benchmark: {args.steps}-step arms, model '{args.model}', 1 torch thread, "
+    what = f"checkpoint {args.checkpoint}" if args.checkpoint else f"model '{args.model}'"
+    print(f"\nCPU lab benchmark: {args.steps}-step arms, {what}, {sets or 'spec defaults'}, 1 torch thread, "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs")
     print(f"baseline: fp32 matmul {args.matmul}x{args.matmul}: {base0:.2f} / {base1:.2f} GFLOP/s (before / after)")
     print(f"FLOP count check on one update: analytic (useful tokens, causal) {analytic / 1e9:.3f} GFLOP, "

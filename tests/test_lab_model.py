@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -158,3 +159,85 @@ def test_lora_adapters_start_at_the_base_and_generation_uses_them(tokdir):
             for _ in range(8):
                 seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
         assert seq[len(p):] == r
+
+
+def test_bucketed_scoring_equals_one_padded_batch(tokdir):
+    """Length buckets change the padding only: every row's log-probs, entropies and gradients agree."""
+    model = load_checkpoint(tokdir)
+    params = model.enable_lora(rank=2, alpha=4.0)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in params:
+            p.copy_(0.1 * torch.randn(p.shape, generator=g))
+    prompts = [[5 + i % 7] * (2 + i % 5) for i in range(70)]
+    responses = [[3 + (i * j) % 11 for j in range(i % 23)] for i in range(70)]  # lengths 0..22, one empty
+    out, grads = {}, {}
+    for nb in (1, 4):
+        logp, mask, ent = model.response_logprobs(prompts, responses, pad_id=0, with_entropy=True, buckets=nb)
+        model.zero_grad()
+        ((logp * mask).sum() + (ent * mask).sum()).backward()
+        out[nb] = (logp.detach(), mask, ent.detach())
+        grads[nb] = [p.grad.clone() for p in params]
+    assert torch.equal(out[1][1], out[4][1]) and out[4][0].shape == (70, 22)
+    m = out[1][1]
+    torch.testing.assert_close(out[1][0][m], out[4][0][m], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[1][2][m], out[4][2][m], rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads[1], grads[4]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_sampling_follows_the_softmax_and_never_draws_impossible_tokens():
+    from phantom.lab.model import sample_tokens
+
+    logits = torch.tensor([[0.0, 1.0, float("-inf"), 2.0, float("-inf")]]).repeat(20000, 1)
+    draws = sample_tokens(logits, 1.0, torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=5).float() / len(draws)
+    assert freq[2] == 0 and freq[4] == 0  # -inf logits: a flat CDF step, unreachable
+    torch.testing.assert_close(freq[[0, 1, 3]], torch.softmax(torch.tensor([0.0, 1.0, 2.0]), 0), atol=0.01, rtol=0)
+    hot = sample_tokens(torch.tensor([[0.0, 3.0, 0.0]]).repeat(5000, 1), 0.25, torch.Generator().manual_seed(1))
+    assert (hot == 1).float().mean() > 0.99  # low temperature sharpens
+
+
+@pytest.mark.slow
+def test_a_continuation_profile_starts_from_its_parent(tmp_path, monkeypatch):
+    """`init`: the child reuses the parent's tokenizer and weights, and its key follows the parent's."""
+    import dataclasses
+
+    from phantom.lab import sft
+
+    child = dataclasses.replace(sft.PROFILES["tiny"], profile="tiny_child", init="tiny", steps=3,
+                                task=TaskConfig(style="terse"))
+    monkeypatch.setitem(sft.PROFILES, "tiny_child", child)
+    path = ensure_sft_model("tiny_child", root=tmp_path, progress=False)
+    parent = sft.sft_dir(sft.resolve_sft("tiny"), tmp_path)
+    assert (parent / "lab_meta.json").is_file()  # built on the way
+    assert (path / "tokenizer.json").read_text() == (parent / "tokenizer.json").read_text()
+    meta = json.loads((path / "lab_meta.json").read_text())
+    assert meta["init"] == {"profile": "tiny", "key": sft.resolve_sft("tiny").key()} and meta["steps_trained"] == 3
+    # another SFT seed continues from the parent built with that seed
+    other = sft.resolve_sft({"profile": "tiny_child", "seed": 4})
+    assert other.parent().seed == 4 and other.key() != child.key()
+    before = child.key()
+    monkeypatch.setitem(sft.PROFILES, "tiny", dataclasses.replace(sft.PROFILES["tiny"], lr=1e-3))
+    assert child.key() != before  # a changed parent is a new child
+
+
+@pytest.mark.slow
+def test_target_accuracy_stops_training(tmp_path, monkeypatch):
+    import dataclasses
+
+    from phantom.lab import sft
+
+    cfg = dataclasses.replace(sft.PROFILES["tiny"], steps=40, target_acc=0.5, check_every=5, check_n=4, min_steps=10)
+    calls = []
+
+    def fake_eval(model, tok, problems, **kw):
+        calls.append(problems[0].index)
+        return sft.EvalResult(texts=[""] * len(problems), correct=np.ones(len(problems), dtype=bool),
+                              lengths=np.zeros(len(problems)), tokens=np.zeros(len(problems)),
+                              ended=np.ones(len(problems), dtype=bool))
+
+    monkeypatch.setattr(sft, "evaluate", fake_eval)
+    meta = sft.train_sft(cfg, tmp_path / "ck", progress=False)
+    assert meta["steps_trained"] == 10 and meta["reached_target"] is True  # checks at 5 and 10; min_steps 10
+    assert calls[0] == sft.CHECK_START  # the check set is not the RL held-out set (indices 0..eval_n-1)

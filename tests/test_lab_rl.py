@@ -194,3 +194,31 @@ def test_noisy_verifier_telemetry(lab_env, tmp_path):
     assert "phantom/val/acc_denoised" in df and "phantom/noise/flip_rate" in df
     ev = df[df[VAL_ACC].notna()]
     np.testing.assert_allclose(ev["phantom/val/acc_denoised"], (ev[VAL_ACC] - 0.15) / 0.7)
+
+
+@pytest.mark.parametrize("variant", [
+    dict(arm="outcome"),  # token-mean, one mini-batch
+    dict(arm="outcome", estimator="gspo", loss_agg="seq-mean-token-mean", mini_batches=2),  # live ratio
+    dict(arm="outcome", kl_coef=0.05),  # KL: nothing may be skipped
+])
+def test_skipping_zero_advantage_rows_changes_no_parameter(lab_env, variant):
+    """The update leaves zero-advantage rows out of the forward/backward but keeps them in the
+    aggregation's denominator: after a step the adapters equal the full computation's."""
+    spec = ArmSpec.from_dict({**TINY, "prompts": 8, **variant})
+    a, b = Trainer(spec, lab_env), Trainer(spec, lab_env)
+    b.skip_zero_rows = False
+    batch = a.rollout(8, step=1)
+    adv, _ = a.advantages(batch, "outcome")
+    adv[: 2 * spec.rollouts] = 0.0  # at least two dead groups, whatever the tiny model sampled
+    adv[2 * spec.rollouts: 3 * spec.rollouts] += 0.5  # and one live one
+    ma, mb = a.update(batch, adv, None, step=1), b.update(batch, adv, None, step=1)
+    skipped = ma["phantom/update/rows_scored"] < mb["phantom/update/rows_scored"]
+    assert skipped == (variant.get("kl_coef", 0) == 0)
+    for pa, pb in zip(a.params, b.params):
+        torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-6)  # float sums in another order
+    assert ma["actor/pg_loss"] == pytest.approx(mb["actor/pg_loss"], rel=1e-4, abs=1e-7)
+    # a mini-batch with no live row still takes Adam's step (momentum), as the full computation does
+    zero = np.zeros_like(adv)
+    a.update(batch, zero, None, step=2), b.update(batch, zero, None, step=2)
+    for pa, pb in zip(a.params, b.params):
+        torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-6)  # float sums in another order

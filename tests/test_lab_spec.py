@@ -113,3 +113,31 @@ def test_task_default_follows_the_model_profile():
 
     assert ArmSpec(model="tiny").task == resolve_sft("tiny").task.to_dict()
     assert ArmSpec(task={"terms": [2, 3]}).task["terms"] == [2, 3]
+
+
+def test_max_new_and_warm_start_follow_the_profile():
+    from phantom.lab.sft import PROFILES
+
+    assert ArmSpec().max_new == PROFILES["lab"].max_new and ArmSpec(model="tiny").max_new == PROFILES["tiny"].max_new
+    assert ArmSpec(max_new=24).max_new == 24
+    assert ArmSpec().sft == "lab" and ArmSpec(sft_seed=2).sft == {"profile": "lab", "seed": 2}
+    # the profile's own seed is the profile's own checkpoint: one spec, one run folder
+    assert ArmSpec(sft_seed=PROFILES["lab"].seed) == ArmSpec() and ArmSpec(sft_seed=1).run_name() != ArmSpec().run_name()
+    with pytest.raises(ValueError, match="sft_seed"):
+        ArmSpec(sft_seed=-1)
+
+
+def test_cli_task_defaults_to_the_lab_task_and_takes_style_and_slack(capsys):
+    import json
+
+    from phantom.lab.sft import PROFILES
+
+    assert lab_main(["task", "--n", "4"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    lo, hi = PROFILES["lab"].task.terms
+    assert all(lo <= r["prompt"].count("+") + 1 <= hi for r in rows)
+    assert lab_main(["task", "--n", "4", "--style", "terse"]) == 0
+    terse = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["prompt"] for r in terse] == [r["prompt"] for r in rows]
+    assert sum(len(r["solution"]) for r in terse) < sum(len(r["solution"]) for r in rows)
+    assert lab_main(["task", "--slack", "2"]) == 2 and "slack" in capsys.readouterr().err

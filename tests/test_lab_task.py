@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from phantom.lab.task import TaskConfig, iter_split, make_split, problem, solution_text
+from phantom.lab.task import (
+    TaskConfig,
+    core_lines,
+    iter_split,
+    make_split,
+    problem,
+    sample_solution,
+    solution_text,
+    worked_solution,
+)
 from phantom.rewards import extract_answer, is_correct
 
 
@@ -29,7 +38,7 @@ def test_splits_are_disjoint_by_operands():
 
 @pytest.mark.parametrize("wording", ["symbolic", "words", "mixed"])
 def test_solution_format_and_answer(wording):
-    cfg = TaskConfig(terms=(2, 6), wording=wording)
+    cfg = TaskConfig(terms=(2, 6), wording=wording, style="terse")
     for p in make_split(cfg, "val", 100):
         lo, hi = cfg.terms
         assert lo <= len(p.operands) <= hi
@@ -63,7 +72,8 @@ def test_difficulty_knob_changes_terms():
 
 @pytest.mark.parametrize(("kwargs", "match"), [
     (dict(terms=(1, 3)), "terms"), (dict(terms=(4, 3)), "terms"), (dict(max_operand=3), "max_operand"),
-    (dict(wording="latin"), "wording"),
+    (dict(wording="latin"), "wording"), (dict(style="verbose"), "style"), (dict(slack=1.5), "slack"),
+    (dict(slack="lots"), "slack"),
 ])
 def test_bad_config_fails_fast(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -91,3 +101,37 @@ def test_styles_change_length_not_answer():
         assert s.endswith(f"#### {sum(ops)}")
     assert solution_text(ops, spaced=(True, False, False), recap=True) == \
         "56 + 85 = 141\n141+42=183\n183+12=195\nTotal: 195\n#### 195"
+
+
+def test_worked_solutions_keep_the_steps_and_answer_under_removable_prose():
+    """The worked style: prose around unchanged steps; every draw is correct; slack 0 is the bare steps."""
+    import random
+
+    ops = (56, 85, 42, 12)
+    rng = random.Random(0)
+    draws = [worked_solution(ops, rng, 0.6) for _ in range(300)]
+    for d in draws:
+        assert is_correct(d, sum(ops), strict=True) and d.endswith(f"#### {sum(ops)}")
+        pos = [d.index(c) for c in core_lines(ops)]  # every step, in order
+        assert pos == sorted(pos)
+    bare = "\n".join(core_lines(ops)) + f"\n#### {sum(ops)}"
+    assert worked_solution(ops, rng, 0.0) == bare
+    lengths = sorted({len(d) for d in draws})
+    assert len(lengths) >= 30 and lengths[0] < len(bare) + 30 < lengths[-1]  # graded, not two lengths
+    full = [len(worked_solution(ops, rng, 1.0)) for _ in range(100)]
+    low = [len(worked_solution(ops, rng, 0.3)) for _ in range(100)]
+    assert sum(low) < sum(len(d) for d in draws[:100]) < sum(full)  # the knob sets how much prose
+
+
+def test_problem_solution_follows_the_style_and_is_deterministic():
+    worked, terse = TaskConfig(), TaskConfig(style="terse")
+    a, b = make_split(worked, "val", 20), make_split(terse, "val", 20)
+    assert [p.prompt for p in a] == [p.prompt for p in b]  # the style changes the answer, not the problem
+    assert all(p.solution == solution_text(p.operands) for p in b)
+    assert a == make_split(TaskConfig(), "val", 20)
+    assert sum(len(p.solution) for p in a) > 1.8 * sum(len(p.solution) for p in b)
+    import random
+
+    rng = random.Random(1)
+    assert sample_solution(terse, (3, 4), rng, p_spaced=0.0, p_recap=0.0) == "3+4=7\n#### 7"
+    assert TaskConfig.from_dict(worked.to_dict()) == worked

@@ -5,7 +5,9 @@ because in collapsing runs length moves *before* validation accuracy. This follo
 lab) ``metrics.jsonl`` as it grows - a torn last line, a file that does not exist yet, and verl's
 truncate-on-restart are all handled - and redraws a plain ANSI table of all-fail fraction,
 phantom groups, mean response length, validation accuracy and refill counts. It warns when the
-length has fallen by more than ``--length-drop`` while accuracy has not dropped yet.
+length (training batch, smoothed, or held-out) has fallen by ``--length-drop`` (default 20%) while
+held-out accuracy has not yet fallen by ``--acc-drop`` (default 0.10, absolute): the thresholds and
+step rules of :mod:`phantom.dynamics`, so the watch and the book's dynamics tables read one order.
 ``--once`` prints the table and exits (CI, notebooks): exit 1 when a warning fired, 2 when the
 file cannot be read, else 0.
 """
@@ -23,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from phantom.dynamics import ACC_DROP, LENGTH_DROP, first_fall
 
 __all__ = ["Alert", "MetricsTail", "detect", "indicators", "main", "render"]
 
@@ -139,36 +143,44 @@ def _median(xs: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-def detect(table: list[dict], *, length_drop: float = 0.3, acc_drop: float = 0.1, baseline: int = 3,
+def detect(table: list[dict], *, length_drop: float = LENGTH_DROP, acc_drop: float = ACC_DROP, baseline: int = 3,
            window: int = 3) -> list[Alert]:
-    """Alerts: length fell by ``length_drop`` (relative to the first ``baseline`` points, smoothed over
-    ``window`` points), validation accuracy fell by ``acc_drop`` (relative to its first value), and
-    phantom groups being trained in the latest step."""
+    """Alerts: length fell by ``length_drop`` (training length relative to the median of its first
+    ``baseline`` points, smoothed over ``window`` points; or held-out length relative to its first
+    value, whichever comes first), held-out accuracy fell ``acc_drop`` below its first value
+    (absolute, :func:`phantom.dynamics.first_fall`), and phantom groups trained in the latest step."""
+    import pandas as pd
+
     alerts: list[Alert] = []
     lens = [(t["step"], t["length"]) for t in table if t.get("length") is not None]
     accs = [(t["step"], t["val_acc"]) for t in table if t.get("val_acc") is not None]
-    acc_step = acc_at = None
-    if len(accs) >= 2 and accs[0][1] > 0:
-        a0 = accs[0][1]
-        acc_step, acc_at = next(((s, a) for s, a in accs[1:] if a <= a0 * (1 - acc_drop)), (None, None))
-    len_step = None
+    vlens = [(t["step"], t["val_len"]) for t in table if t.get("val_len") is not None]
+    acc_step = first_fall(pd.Series(dict(accs), dtype=float), drop=acc_drop, relative=False) if accs else None
+    acc_at = dict(accs).get(acc_step) if acc_step is not None else None
+    found: list[tuple[int, str, float, float]] = []  # (step, which, from, to)
     if len(lens) > baseline:
         l0 = _median([v for _, v in lens[:baseline]])
         for i in range(baseline, len(lens)):
             smooth = _median([v for _, v in lens[max(0, i - window + 1):i + 1]])
             if l0 > 0 and smooth <= l0 * (1 - length_drop):
-                len_step = lens[i][0]
-                before = [(s, a) for s, a in accs if s <= len_step]
-                if acc_step is None or acc_step > len_step:
-                    state = (f"validation accuracy has not dropped yet ({before[-1][1]:.3f} at step {before[-1][0]})"
-                             if before else "no validation accuracy yet")
-                    lead = "LEADING INDICATOR: "
-                else:
-                    state, lead = f"validation accuracy already dropped at step {acc_step}", ""
-                alerts.append(Alert("length", len_step, "warning",
-                                    f"{lead}mean response length fell {1 - smooth / l0:.0%} ({l0:.1f} -> {smooth:.1f})"
-                                    f" by step {len_step}; {state}"))
+                found.append((lens[i][0], "training", l0, smooth))
                 break
+    v_step = first_fall(pd.Series(dict(vlens), dtype=float), drop=length_drop, relative=True) if vlens else None
+    if v_step is not None and vlens[0][1] > 0:
+        found.append((v_step, "held-out", vlens[0][1], dict(vlens)[v_step]))
+    len_step = None
+    if found:
+        len_step, which, l0, l1 = min(found)
+        before = [(s, a) for s, a in accs if s <= len_step]
+        if acc_step is None or acc_step > len_step:
+            state = (f"validation accuracy has not dropped yet ({before[-1][1]:.3f} at step {before[-1][0]})"
+                     if before else "no validation accuracy yet")
+            lead = "LEADING INDICATOR: "
+        else:
+            state, lead = f"validation accuracy already dropped at step {acc_step}", ""
+        alerts.append(Alert("length", len_step, "warning",
+                            f"{lead}{which} mean response length fell {1 - l1 / l0:.0%} ({l0:.1f} -> {l1:.1f})"
+                            f" by step {len_step}; {state}"))
     if acc_step is not None:
         lead = f"; length warned {acc_step - len_step} step(s) earlier" if len_step is not None and \
             len_step < acc_step else ""
@@ -258,10 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("metrics", help="a metrics.jsonl (verl file logger or phantom lab) or a run folder")
     ap.add_argument("--once", action="store_true", help="print the table once and exit (exit 1 on a warning)")
     ap.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
-    ap.add_argument("--length-drop", type=float, default=0.3,
-                    help="warn when mean length falls by this fraction of its start (default 0.3)")
-    ap.add_argument("--acc-drop", type=float, default=0.1,
-                    help="accuracy drop alarm, as a fraction of the first validation accuracy (default 0.1)")
+    ap.add_argument("--length-drop", type=float, default=LENGTH_DROP,
+                    help=f"warn when mean length falls by this fraction of its start (default {LENGTH_DROP:g})")
+    ap.add_argument("--acc-drop", type=float, default=ACC_DROP,
+                    help=f"accuracy alarm when validation accuracy falls this far below its first value "
+                         f"(absolute, default {ACC_DROP:g})")
     ap.add_argument("--val-key", help="substring picking the validation data source (default: the first)")
     ap.add_argument("--rows", type=int, default=15, help="steps shown (default 15)")
     ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")

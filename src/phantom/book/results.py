@@ -21,7 +21,7 @@ import pandas as pd
 
 __all__ = ["ARMS", "VAL_ACC", "VAL_LEN", "TRAIN_LEN", "resolve_profile", "resolve_runs", "load_cells",
            "select", "missing_note", "metrics", "curve", "curves", "first_below", "collapse_step",
-           "endpoints", "mean_sd", "fmt_pm", "reported", "reported_text", "samples", "same_curves"]
+           "endpoints", "dynamics", "mean_sd", "fmt_pm", "reported", "reported_text", "samples", "same_curves"]
 
 ARMS: tuple[str, ...] = ("none", "score", "outcome")
 #: Metric keys of the lab's runs (the same names as ``phantom.lab.rl``; a test keeps them equal).
@@ -184,6 +184,17 @@ def endpoints(rows: pd.DataFrame, collapse_acc: float = 0.1, early_steps: int = 
     table = pd.DataFrame(out, index=rows.index)
     table["collapse"] = pd.Series([r["collapse"] for r in out], index=rows.index, dtype=object)  # ints stay ints
     return table
+
+
+def dynamics(rows: pd.DataFrame, **thresholds: Any) -> pd.DataFrame:
+    """:func:`phantom.dynamics.dynamics_table` of the finished cells of ``rows`` (index: cell name):
+    the step where held-out length fell 20%, held-out accuracy fell 0.10, the all-fail fraction
+    passed 50%, and which came first. ``thresholds`` go to :func:`phantom.dynamics.dynamics`."""
+    from phantom.dynamics import dynamics_table
+
+    root = rows.attrs.get("runs_root") or resolve_runs()
+    frames = {name: df for name in rows.loc[rows["done"], "name"] if len(df := metrics(name, root))}
+    return dynamics_table(frames, **thresholds)
 
 
 def mean_sd(values: Iterable[float]) -> tuple[float, float, int]:

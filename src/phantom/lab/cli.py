@@ -1,10 +1,10 @@
 """``phantom lab ...``: the CPU lab from the command line.
 
-    phantom lab task  [--split val] [--n 5] [--terms 2 5] [--wording words]   show problems
-    phantom lab sft   [--profile lab]                                          build / locate the warm start
+    phantom lab task  [--split val] [--n 5] [--terms 4 6] [--style terse]     show problems (default: the lab task)
+    phantom lab sft   [--profile lab] [--seed 1]                               build / locate the warm start
     phantom lab run   --arm score --seed 1 [--set key=value ...]               one arm, in this process
     phantom lab sweep paper [--profile quick] [--jobs 2] [--dry-run]           papermill sweep
-    phantom lab summary paper [--profile quick]                                endpoints of a sweep
+    phantom lab summary paper [--profile quick]                                endpoints and dynamics of a sweep
     phantom lab list                                                           known sweeps
 
 Bad input exits with status 2 and a message naming the value and the allowed ones.
@@ -29,12 +29,16 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--split", default="val")
     t.add_argument("--n", type=int, default=5)
     t.add_argument("--start", type=int, default=0)
-    t.add_argument("--terms", type=int, nargs=2, default=(2, 5))
-    t.add_argument("--max-operand", type=int, default=99)
-    t.add_argument("--wording", default="symbolic")
+    t.add_argument("--terms", type=int, nargs=2, default=None, help="default: the lab profile's task")
+    t.add_argument("--max-operand", type=int, default=None)
+    t.add_argument("--wording", default=None)
+    t.add_argument("--style", default=None, help="worked (prose around the steps) or terse")
+    t.add_argument("--slack", type=float, default=None, help="worked style: share of removable prose, 0..1")
+    t.add_argument("--profile", default="lab", help="SFT profile whose task gives the defaults")
 
     s = sub.add_parser("sft", help="build (if missing) and print the SFT warm-start checkpoint")
     s.add_argument("--profile", default="lab")
+    s.add_argument("--seed", type=int, default=None, help="SFT seed (another checkpoint of the same profile)")
 
     r = sub.add_parser("run", help="run one arm in this process")
     r.add_argument("--arm", default="outcome")
@@ -74,7 +78,8 @@ def _summary(args: argparse.Namespace) -> int:
         df.to_csv(args.csv, index=False)
     cols = ["groups", "arm", "estimator", "kind", "lam", "seed", "noise_p", "drop", "status", "start_acc",
             "final_acc", "final_acc_denoised", "start_len", "final_len", "len_ratio", "first_step_acc_below_0.1",
-            "all_fail_early", "phantom_early", "zeroed_early", "refill_steps", "gen_batches_total", "wall_seconds"]
+            "len_step", "acc_step", "all_fail_step", "order", "all_fail_early", "phantom_early", "zeroed_early",
+            "refill_steps", "gen_batches_total", "wall_seconds"]
     if "task" in df:
         cols.insert(1, "terms")
         df["terms"] = [f"{t['terms'][0]}-{t['terms'][1]}" for t in df["task"]]
@@ -88,21 +93,27 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.cmd == "task":
+            from phantom.lab.sft import resolve_sft
             from phantom.lab.task import TaskConfig, make_split
 
-            cfg = TaskConfig(terms=tuple(args.terms), max_operand=args.max_operand, wording=args.wording)
+            given = {"terms": tuple(args.terms) if args.terms else None, "max_operand": args.max_operand,
+                     "wording": args.wording, "style": args.style, "slack": args.slack}
+            cfg = TaskConfig.from_dict({**resolve_sft(args.profile).task.to_dict(),
+                                        **{k: v for k, v in given.items() if v is not None}})
             for p in make_split(cfg, args.split, args.n, start=args.start):
                 print(json.dumps({"index": p.index, "prompt": p.prompt, "solution": p.solution, "answer": p.answer}))
             return 0
         if args.cmd == "sft":
             from phantom.lab.sft import ensure_sft_model, resolve_sft
 
-            resolve_sft(args.profile)
-            path = ensure_sft_model(args.profile)
+            which = args.profile if args.seed is None else {"profile": args.profile, "seed": args.seed}
+            resolve_sft(which)
+            path = ensure_sft_model(which)
             meta = json.loads((path / "lab_meta.json").read_text())
             print(path)
-            print(json.dumps({k: meta[k] for k in ("params", "val_greedy_acc", "val_sampled_acc",
-                                                   "val_greedy_len_chars", "train_seconds")}, indent=2))
+            print(json.dumps({k: meta.get(k) for k in ("params", "val_greedy_acc", "val_sampled_acc",
+                                                       "val_greedy_len_chars", "steps_trained", "check_acc",
+                                                       "train_seconds")}, indent=2))
             return 0
         if args.cmd == "run":
             from phantom.lab.rl import run_arm

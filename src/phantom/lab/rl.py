@@ -39,6 +39,9 @@ VAL_SCORE = f"val-aux/{DATA_SOURCE}/score/mean@1"
 class Trainer:
     """Holds the policy, optimizer and data stream of one arm."""
 
+    #: leave zero-advantage rows out of the update's forward/backward (exact; see :meth:`update`)
+    skip_zero_rows = True
+
     def __init__(self, spec: ArmSpec, checkpoint: str | os.PathLike[str]):
         torch.set_num_threads(1)
         self.spec = spec
@@ -109,43 +112,58 @@ class Trainer:
         if len(rows) == 0:
             return {"actor/lr": lr, "actor/pg_loss": 0.0, "phantom/update_skipped": 1.0}
         chunks = np.array_split(rows, s.mini_batches)
+        # Rows with exactly zero advantage contribute exactly zero policy gradient (-A * ratio), so
+        # without a KL term they are left out of the forward and backward; their tokens (or sequences)
+        # stay in the aggregation's denominator through `scale`, so the loss and its gradient are those
+        # of the whole mini-batch (test_lab_rl pins it). The gated arms zero half their groups or more.
+        trained = [c if s.kl_coef > 0 or not self.skip_zero_rows else c[adv[c] != 0] for c in chunks]
+        scales = [_denominator(batch, t, s.loss_agg) / max(_denominator(batch, c, s.loss_agg), 1)
+                  for c, t in zip(chunks, trained)]
         need_old = s.mini_batches > 1 or s.ppo_epochs > 1
         pre: list[dict[str, torch.Tensor]] = []
         with torch.no_grad():
-            for c in chunks:
+            for c in trained:
                 p, r = [batch.prompt_ids[i] for i in c], [batch.response_ids[i] for i in c]
                 d = {}
-                if need_old:
+                if need_old and len(c):
                     d["old"] = self.model.response_logprobs(p, r, pad_id=self.tok.pad_id)[0]
-                if self.ref is not None:
+                if self.ref is not None and len(c):
                     d["ref"] = self.ref.response_logprobs(p, r, pad_id=self.tok.pad_id)[0]
                 pre.append(d)
         stats: dict[str, list[float]] = {}
         adv_t = torch.as_tensor(adv, dtype=torch.float32)
         for epoch in range(s.ppo_epochs):
-            for c, d in zip(chunks, pre):
-                p, r = [batch.prompt_ids[i] for i in c], [batch.response_ids[i] for i in c]
-                logp, mask, ent = self.model.response_logprobs(p, r, pad_id=self.tok.pad_id,
-                                                               with_entropy=epoch == 0)
-                old = d.get("old", logp.detach())
-                a = adv_t[torch.as_tensor(c)][:, None] * mask
-                loss, m = policy_loss(old, logp, a, mask, mode=s.loss_mode, clip_low=s.clip_low,
-                                      clip_high=s.clip_high, clip_c=s.clip_c, agg=s.loss_agg)
-                m["actor/pg_loss"] = loss.item()
-                if self.ref is not None:
-                    kl = agg_loss(kl_penalty(logp, d["ref"], s.kl_type), mask, s.loss_agg)
-                    loss = loss + s.kl_coef * kl
-                    m["actor/kl_loss"] = kl.item()
-                if ent is not None:
-                    m["actor/entropy"] = float(agg_loss(ent.detach(), mask, "token-mean"))
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
+            for c, d, scale in zip(trained, pre, scales):
+                self.opt.zero_grad(set_to_none=False)
+                if len(c):
+                    p, r = [batch.prompt_ids[i] for i in c], [batch.response_ids[i] for i in c]
+                    logp, mask, ent = self.model.response_logprobs(p, r, pad_id=self.tok.pad_id,
+                                                                   with_entropy=epoch == 0)
+                    old = d.get("old", logp.detach())
+                    a = adv_t[torch.as_tensor(c)][:, None] * mask
+                    loss, m = policy_loss(old, logp, a, mask, mode=s.loss_mode, clip_low=s.clip_low,
+                                          clip_high=s.clip_high, clip_c=s.clip_c, agg=s.loss_agg)
+                    loss = loss * scale
+                    m["actor/pg_loss"] = loss.item()
+                    if self.ref is not None:
+                        kl = agg_loss(kl_penalty(logp, d["ref"], s.kl_type), mask, s.loss_agg)
+                        loss = loss + s.kl_coef * kl
+                        m["actor/kl_loss"] = kl.item()
+                    if ent is not None:
+                        m["actor/entropy"] = float(agg_loss(ent.detach(), mask, "token-mean"))
+                    loss.backward()
+                else:  # nothing to score: a zero gradient, but Adam's moments still take their step
+                    m = {"actor/pg_loss": 0.0}
+                    for q in self.params:
+                        if q.grad is None:
+                            q.grad = torch.zeros_like(q)
                 m["actor/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, s.grad_clip))
                 self.opt.step()
                 for k, v in m.items():
                     stats.setdefault(k, []).append(v)
         out = {k: float(np.mean(v)) for k, v in stats.items()}
         out["actor/lr"] = lr
+        out["phantom/update/rows_scored"] = float(sum(len(t) for t in trained))
         if s.kl_coef > 0:
             out["actor/kl_coef"] = s.kl_coef
         return out
@@ -215,6 +233,12 @@ class Trainer:
         return metrics
 
 
+def _denominator(batch: Rollouts, rows: np.ndarray, agg: str) -> int:
+    """What ``agg_loss`` divides by for these rows: response tokens, or sequences with a token."""
+    lengths = [len(batch.response_ids[i]) for i in rows]
+    return sum(lengths) if agg == "token-mean" else sum(1 for n in lengths if n > 0)
+
+
 def gated_rows(group: np.ndarray, score: np.ndarray, outcome: np.ndarray, gate: str,
                eps: float = 1e-6) -> np.ndarray:
     """Per row: does ``gate`` zero its group? (the predicate of :func:`group_advantages`, in float32)."""
@@ -262,7 +286,7 @@ def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,
     existing = RunDir(runs_root(root) / name)
     if existing.check_startable(d):
         return existing
-    ckpt = ensure_sft_model(spec.model, progress=progress)
+    ckpt = ensure_sft_model(spec.sft, progress=progress)
     trainer = Trainer(spec, ckpt)
     run = RunDir.start(name, d, kind="lab", root=root,
                        extra={"checkpoint": str(ckpt), "sft": {k: trainer.sft_meta.get(k) for k in

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from phantom.lab.model import LabQwen2, ModelConfig, load_checkpoint, save_checkpoint
-from phantom.lab.task import Problem, TaskConfig, problem, styled_solution
+from phantom.lab.task import Problem, TaskConfig, problem, sample_solution, worked_solution
 from phantom.lab.tokenizer import LabTokenizer, TokenizerConfig, save_tokenizer, train_tokenizer
 from phantom.rewards import has_answer_marker, is_correct
 
@@ -34,11 +34,25 @@ __all__ = ["SFTConfig", "PROFILES", "CODE_VERSION", "artifacts_root", "resolve_s
            "load_sft", "evaluate", "EvalResult"]
 
 #: Bump when code changes what a given configuration builds (invalidates every cached checkpoint).
-CODE_VERSION = 2
+CODE_VERSION = 3
 #: SFT runs alone (before any RL process starts), so it takes both cores of the 2-core target machine:
 #: 1.65x faster than one thread there, and bit-identical to it (the `lab` and `quick` checkpoints'
-#: model.safetensors hash the same built with 1 or 2 threads, torch 2.13.0 CPU).
+#: model.safetensors hash the same built with 1 or 2 threads, torch 2.13.0 CPU). On a machine shared
+#: with other work two threads can be many times slower than one (each waits for the other at every
+#: op): ``$PHANTOM_SFT_THREADS`` overrides the count.
 SFT_THREADS = 2
+#: first val-split index of the stopping rule's check problems (the RL held-out set is 0..eval_n-1)
+CHECK_START = 100_000
+
+
+def sft_threads() -> int:
+    """Threads for SFT: ``$PHANTOM_SFT_THREADS`` if set (a positive integer), else :data:`SFT_THREADS`."""
+    raw = os.environ.get("PHANTOM_SFT_THREADS", "").strip()
+    if not raw:
+        return SFT_THREADS
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"PHANTOM_SFT_THREADS={raw!r} is invalid; allowed: a positive integer")
+    return int(raw)
 
 
 @dataclass(frozen=True)
@@ -56,27 +70,80 @@ class SFTConfig:
     final_lr_frac: float = 0.1
     #: length of the cosine schedule; ``steps`` < this stops training part-way (0: equal to ``steps``)
     schedule_steps: int = 0
-    #: style of the SFT targets: each line spaced ("a + b = c") with this probability, a "Total:" line
-    #: with ``p_recap``; correct answers then vary in length, as real reasoning traces do
+    #: terse-style targets only: each line spaced ("a + b = c") with this probability, a "Total:" line
+    #: with ``p_recap``; correct answers then vary in length, as real reasoning traces do. The worked
+    #: style's variation is its prose (``task.slack``).
     p_spaced: float = 0.5
     p_recap: float = 0.3
+    #: SFT data mixture: a target is terse with probability ``p_terse``, else worked with a slack drawn
+    #: uniformly from ``slack_range`` (``None``: the task's own slack). The arithmetic base learns from
+    #: mostly terse targets - small models learn to add several times sooner on them - while the
+    #: worked ones teach it every prose token, so a re-styling continuation is cheap and gentle.
+    p_terse: float = 0.0
+    slack_range: tuple[float, float] | None = None
+    #: range of terms in the SFT problems (``None``: the task's); the task itself (RL, held-out
+    #: evaluation, the stopping check) may ask for more terms than SFT ever showed
+    sft_terms: tuple[int, int] | None = None
+    #: continuation profiles: at least this many steps before the stopping rule may end training
+    min_steps: int = 0
     seed: int = 0
     eval_n: int = 256
     max_new: int = 80
+    #: stop as soon as greedy accuracy on ``check_n`` held-out-distribution problems (disjoint from the
+    #: RL held-out set) reaches this, checked every ``check_every`` steps (0: train all ``steps``).
+    #: Small models learn to add in a sudden transition whose step varies with the seed and the
+    #: machine (400 steps apart on two seeds here), so a fixed step gives warm starts anywhere from 0.2
+    #: to 0.9; stopping at a target accuracy gives every seed and machine a comparable start.
+    target_acc: float = 0.0
+    check_every: int = 50
+    check_n: int = 128
+    #: a profile whose checkpoint (built with this config's ``seed``) this one continues from, with its
+    #: model shape and tokenizer ('' = train from scratch): the answer-style variants re-style the
+    #: default warm start's arithmetic in a few hundred steps instead of learning it again
+    init: str = ""
+
+    def parent(self) -> SFTConfig | None:
+        """The config of the checkpoint this one starts from (``None``: from scratch)."""
+        if not self.init:
+            return None
+        base = resolve_sft(self.init)
+        return replace(base, seed=self.seed) if base.seed != self.seed else base
 
     def key(self) -> str:
-        blob = json.dumps({"code": CODE_VERSION, **asdict(self)}, sort_keys=True, default=list)
+        parent = self.parent()
+        blob = json.dumps({"code": CODE_VERSION, **asdict(self), "init_key": parent.key() if parent else None},
+                          sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
+#: Every answer-style profile continues from the arithmetic base for the same number of steps, on the
+#: same problems (2-5 terms), and is then used on the lab task: 4-6 terms, harder than anything SFT
+#: showed (6-term sums are almost never right), so about a third of rollout groups fail entirely - the
+#: phantom's dose, which the paper sets by task difficulty relative to the model (§7). With 3-6 terms
+#: (a quarter of all-fail groups) one no-filter seed in three was still at 0.13 after 40 steps.
+LAB_TASK = TaskConfig(terms=(4, 6))
+_STYLE: dict[str, Any] = dict(init="lab_base", task=LAB_TASK, sft_terms=(2, 5), steps=300, lr=2e-3, warmup=20,
+                              final_lr_frac=1.0, max_new=160)
+
 PROFILES: dict[str, SFTConfig] = {
-    # the book's model: ~0.34M parameters, stopped at step 1100 of a 1250-step cosine schedule, where
-    # held-out greedy accuracy is ~0.64 and sampled ~0.50 (trained to the end: ~0.80 / ~0.64, and
-    # far fewer all-fail groups)
-    "lab": SFTConfig(steps=1100, schedule_steps=1250),
-    # `make test`'s book: same shape, a fraction of the SFT steps
+    # the arithmetic base: ~0.35M parameters trained from scratch on 2-5 term problems, 80% terse and
+    # 20% worked targets (slack uniform in [0, 1]), at a constant lr until greedy accuracy on held-out-
+    # distribution problems reaches 0.7 (checked every 50 steps; ~800-1000 steps here)
+    "lab_base": SFTConfig(profile="lab_base", task=TaskConfig(terms=(2, 5)), steps=2000, lr=3e-3, warmup=100,
+                          final_lr_frac=1.0, p_terse=0.8, slack_range=(0.0, 1.0), target_acc=0.7, max_new=136),
+    # the book's warm start: the base re-styled for 300 steps on worked solutions at slack 0.6 (after 150 the
+    # style is not settled yet: RL's residual length pressure then strips the outcome arm's prose too)
+    "lab": SFTConfig(profile="lab", **_STYLE),
+    # answer-style variants (the same base, the same 300 steps): less and more removable prose, and
+    # the terse style of the first lab (steps only)
+    "lab_slack_low": SFTConfig(profile="lab_slack_low", **{**_STYLE, "task": replace(LAB_TASK, slack=0.3)}),
+    "lab_slack_high": SFTConfig(profile="lab_slack_high", **{**_STYLE, "task": replace(LAB_TASK, slack=1.0),
+                                                             "max_new": 192}),
+    "lab_terse": SFTConfig(profile="lab_terse", **{**_STYLE, "task": replace(LAB_TASK, style="terse"), "max_new": 96}),
+    # `make test`'s book: a smaller model, a fraction of the steps, the same recipe in one profile
     "quick": SFTConfig(profile="quick", model=ModelConfig(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128),
-                       steps=200, lr=3e-3, warmup=20, eval_n=64),
+                       task=LAB_TASK, sft_terms=(2, 5), p_terse=0.8, slack_range=(0.0, 1.0), steps=200, lr=3e-3,
+                       warmup=20, eval_n=64, max_new=160),
     # unit tests: seconds
     "tiny": SFTConfig(profile="tiny", model=ModelConfig(hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64),
                       tokenizer=TokenizerConfig(vocab_size=300, corpus=400), steps=20, batch=16, lr=3e-3,
@@ -100,10 +167,11 @@ def resolve_sft(profile_or_config: str | SFTConfig | dict[str, Any]) -> SFTConfi
     if isinstance(profile_or_config, dict):
         d = dict(profile_or_config)
         base = resolve_sft(d.pop("profile", "lab"))
-        bad = set(d) - {"steps", "batch", "lr", "warmup", "final_lr_frac", "schedule_steps", "seed", "eval_n", "task"}
+        allowed = ("steps", "batch", "lr", "warmup", "final_lr_frac", "schedule_steps", "seed", "eval_n", "task",
+                   "max_new", "init", "target_acc", "check_every", "check_n")
+        bad = set(d) - set(allowed)
         if bad:
-            raise ValueError(f"SFT override(s) {sorted(bad)} are not allowed; allowed: steps, batch, lr, warmup, "
-                             "final_lr_frac, schedule_steps, seed, eval_n, task")
+            raise ValueError(f"SFT override(s) {sorted(bad)} are not allowed; allowed: {', '.join(allowed)}")
         if "task" in d:
             d["task"] = TaskConfig.from_dict(d["task"])
         return replace(base, **d)
@@ -160,14 +228,32 @@ def evaluate(model: LabQwen2, tok: LabTokenizer, problems: Sequence[Problem], *,
 # -------------------------------------------------------------------------------------------
 # training
 # -------------------------------------------------------------------------------------------
+def _target(cfg: SFTConfig, operands: tuple[int, ...], rng: random.Random) -> str:
+    """One SFT target in the configured mixture of styles."""
+    if cfg.p_terse and rng.random() < cfg.p_terse:
+        return sample_solution(replace(cfg.task, style="terse"), operands, rng, p_spaced=cfg.p_spaced,
+                               p_recap=cfg.p_recap)
+    if cfg.slack_range is not None and cfg.task.style == "worked":
+        lo, hi = cfg.slack_range
+        return worked_solution(operands, rng, lo + (hi - lo) * rng.random())
+    return sample_solution(cfg.task, operands, rng, p_spaced=cfg.p_spaced, p_recap=cfg.p_recap)
+
+
+def sft_task(cfg: SFTConfig) -> TaskConfig:
+    """The task SFT draws its problems from (the profile's task, with ``sft_terms`` if set)."""
+    return cfg.task if cfg.sft_terms is None else replace(cfg.task, terms=tuple(cfg.sft_terms))
+
+
 def _batches(cfg: SFTConfig, tok: LabTokenizer) -> Iterator[tuple[list[list[int]], list[list[int]]]]:
-    i = cfg.seed * 10_000_000
+    # a continuation draws problems its parent never saw
+    i = cfg.seed * 10_000_000 + (5_000_000 if cfg.init else 0)
     rng = random.Random(cfg.seed)
+    task = sft_task(cfg)
     while True:
-        probs = [problem(cfg.task, "train", i + j) for j in range(cfg.batch)]
+        probs = [problem(task, "train", i + j) for j in range(cfg.batch)]
         i += cfg.batch
         prompts = tok.encode_batch([p.prompt for p in probs])
-        sols = [styled_solution(p.operands, rng, cfg.p_spaced, cfg.p_recap) for p in probs]
+        sols = [_target(cfg, p.operands, rng) for p in probs]
         targets = [t + [tok.eos_id] for t in tok.encode_batch(sols)]
         yield prompts, targets
 
@@ -180,30 +266,46 @@ def _lr(cfg: SFTConfig, step: int) -> float:
     return cfg.lr * (cfg.final_lr_frac + (1 - cfg.final_lr_frac) * 0.5 * (1 + np.cos(np.pi * frac)))
 
 
-def train_sft(cfg: SFTConfig, out_dir: Path, *, progress: bool = True) -> dict[str, Any]:
+def train_sft(cfg: SFTConfig, out_dir: Path, *, progress: bool = True,
+              root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Train the tokenizer and the model, write the checkpoint to ``out_dir``; returns its metadata."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(SFT_THREADS)
+    torch.set_num_threads(sft_threads())
     try:
-        return _train_sft(cfg, out_dir, progress=progress)
+        return _train_sft(cfg, out_dir, progress=progress, root=root)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train_sft(cfg: SFTConfig, out_dir: Path, *, progress: bool) -> dict[str, Any]:
+def _train_sft(cfg: SFTConfig, out_dir: Path, *, progress: bool, root: str | os.PathLike[str] | None,
+               ) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from phantom.lab.task import make_split
 
+    parent = cfg.parent()
+    if parent is not None:  # continue from the parent's checkpoint: its weights and its tokenizer
+        parent_dir = ensure_sft_model(parent, root=root, progress=progress)
+        tok = LabTokenizer.load(parent_dir)
+        save_tokenizer(tok.tok, out_dir, model_max_length=cfg.model.max_positions)
+        model = load_checkpoint(parent_dir)
+        if model.cfg != cfg.model:
+            raise ValueError(f"profile {cfg.profile!r} continues from {cfg.init!r}, whose model shape "
+                             f"{model.cfg} differs from its own {cfg.model}")
+    else:
+        raw_tok = train_tokenizer(cfg.tokenizer)
+        save_tokenizer(raw_tok, out_dir, model_max_length=cfg.model.max_positions)
+        tok = LabTokenizer(raw_tok)
+        torch.manual_seed(cfg.seed)
+        model = LabQwen2(cfg.model, tok.vocab_size)
     torch.manual_seed(cfg.seed)
-    t0 = time.time()
-    raw_tok = train_tokenizer(cfg.tokenizer)
-    save_tokenizer(raw_tok, out_dir, model_max_length=cfg.model.max_positions)
-    tok = LabTokenizer(raw_tok)
-    model = LabQwen2(cfg.model, tok.vocab_size)
+    t0 = time.time()  # this profile's own training (a parent's is in the parent's metadata)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
     data = _batches(cfg, tok)
-    losses = []
+    losses: list[float] = []
+    val_task = replace(cfg.task, wording="symbolic")
+    check = make_split(val_task, "val", cfg.check_n, start=CHECK_START) if cfg.target_acc > 0 else []
+    check_acc, stopped = None, cfg.steps
     bar = tqdm(range(1, cfg.steps + 1), desc=f"SFT {cfg.profile}", disable=not progress, leave=False)
     for step in bar:
         prompts, targets = next(data)
@@ -218,7 +320,12 @@ def _train_sft(cfg: SFTConfig, out_dir: Path, *, progress: bool) -> dict[str, An
         losses.append(loss.item())
         if step % 50 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
-    val_task = replace(cfg.task, wording="symbolic")
+        if check and step % cfg.check_every == 0:
+            check_acc = evaluate(model, tok, check, max_new=cfg.max_new).acc
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}", check=f"{check_acc:.2f}")
+            if check_acc >= cfg.target_acc and step >= cfg.min_steps:
+                stopped = step
+                break
     val = make_split(val_task, "val", cfg.eval_n)
     greedy = evaluate(model, tok, val, max_new=cfg.max_new)
     sampled = evaluate(model, tok, val, max_new=cfg.max_new, greedy=False,
@@ -229,6 +336,9 @@ def _train_sft(cfg: SFTConfig, out_dir: Path, *, progress: bool) -> dict[str, An
         "final_loss": float(np.mean(losses[-50:])), "train_seconds": time.time() - t0,
         "val_greedy_acc": greedy.acc, "val_sampled_acc": sampled.acc, "val_greedy_len_chars": greedy.mean_len,
         "val_task": val_task.to_dict(), "val_n": len(val), "built": time.time(),
+        "init": {"profile": parent.profile, "key": parent.key()} if parent is not None else None,
+        "steps_trained": stopped, "check_acc": check_acc,
+        "reached_target": None if not cfg.target_acc else bool(check_acc is not None and check_acc >= cfg.target_acc),
     }
     save_checkpoint(model, out_dir, eos_id=tok.eos_id, pad_id=tok.pad_id, meta=meta)
     return meta
@@ -266,7 +376,7 @@ def ensure_sft_model(profile_or_config: str | SFTConfig | dict[str, Any] = "lab"
         tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            train_sft(cfg, tmp, progress=progress)
+            train_sft(cfg, tmp, progress=progress, root=root)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)

@@ -2,7 +2,7 @@
 
 A sweep file (``src/phantom/lab/sweeps/<name>.yaml``) names a ``base`` spec, ``profiles`` (``full``,
 ``quick``) that override it (``base``; ``seeds``; ``groups``: which groups run; ``set``: per-group
-fields that override the group's own ``set``), and ``groups`` of cells: a ``set`` of
+fields that override the group's own ``set`` and grid), and ``groups`` of cells: a ``set`` of
 fixed fields times a ``grid`` of lists (the grid key ``variant`` takes mappings of fields that vary
 together). Every cell becomes an :class:`~phantom.lab.spec.ArmSpec`, validated before anything runs;
 identical cells in several groups run once. Cells whose finished run folder exists are skipped,
@@ -13,6 +13,7 @@ process with one torch thread; the warm-start checkpoints are built first, once.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -29,7 +30,7 @@ from phantom.lab.spec import ArmSpec
 from phantom.runs import RunDir, RunInUse, runs_root
 
 __all__ = ["PROFILES", "Cell", "SweepFailed", "list_sweeps", "load_sweep", "expand", "run_sweep", "sweep_table",
-           "notebook_path"]
+           "notebook_path", "build_warm_starts"]
 
 PROFILES: tuple[str, ...] = ("full", "quick")
 _NB_DIR = ".lab_notebooks"
@@ -93,7 +94,7 @@ def expand(sweep: dict[str, Any], profile: str = "full") -> list[Cell]:
             grid["seed"] = [s for s in grid["seed"] if s in prof["seeds"]] or prof["seeds"][:1]
         keys = list(grid)
         for values in itertools.product(*(grid[k] if isinstance(grid[k], list) else [grid[k]] for k in keys)):
-            fields = {**base, **(g.get("set") or {}), **((prof.get("set") or {}).get(gname) or {})}
+            fields = {**base, **(g.get("set") or {})}
             for k, v in zip(keys, values):
                 if k == "variant":  # a bundle of fields that vary together
                     if not isinstance(v, dict):
@@ -101,6 +102,7 @@ def expand(sweep: dict[str, Any], profile: str = "full") -> list[Cell]:
                     fields.update(v)
                 else:
                     fields[k] = v
+            fields.update((prof.get("set") or {}).get(gname) or {})  # the profile's word is last, grid included
             try:
                 spec = ArmSpec.from_dict(fields)
             except ValueError as e:
@@ -169,8 +171,6 @@ def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
     """
     from tqdm.auto import tqdm
 
-    from phantom.lab.sft import ensure_sft_model
-
     jobs = int(jobs)
     if jobs < 1:
         raise ValueError(f"jobs={jobs} is invalid; allowed: jobs >= 1")
@@ -190,8 +190,7 @@ def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
         raise SweepFailed("cells are being run by another process:\n" + "\n".join(busy))
     if dry_run or not todo:
         return runs
-    for model in sorted({c.spec.model for c in todo}):
-        ensure_sft_model(model, progress=progress)
+    build_warm_starts([c.spec.sft for c in todo], jobs=jobs, progress=progress)
     (root / _NB_DIR).mkdir(parents=True, exist_ok=True)
     nb_in = _materialize_notebook(root / _NB_DIR)
     failures: list[str] = []
@@ -241,13 +240,65 @@ def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
     return runs
 
 
+def build_warm_starts(warm: list[Any], *, jobs: int = 2, progress: bool = True) -> None:
+    """Build the missing SFT checkpoints of ``warm`` (``ArmSpec.sft`` values): parents first, then
+    the profiles that continue from them.
+
+    Each level builds ``jobs`` at a time in one-thread subprocesses when it has several checkpoints
+    (two one-thread processes get more out of two cores than one two-thread process), else in this
+    process on ``SFT_THREADS`` threads.
+    """
+    from phantom.lab.sft import resolve_sft, sft_dir
+
+    def missing(cfgs: dict[str, Any]) -> dict[str, Any]:
+        return {k: w for k, w in cfgs.items() if not (sft_dir(resolve_sft(w)) / "lab_meta.json").is_file()}
+
+    children = missing({resolve_sft(w).key(): w for w in warm})
+    parents = missing({cfg.key(): {"profile": cfg.profile, "seed": cfg.seed}  # what SFTConfig.parent() builds
+                       for cfg in (resolve_sft(w).parent() for w in children.values()) if cfg is not None})
+    for level in (parents, children):
+        _build_level([level[k] for k in sorted(level)], jobs=jobs, progress=progress)
+
+
+def _build_level(todo: list[Any], *, jobs: int, progress: bool) -> None:
+    from phantom.lab.sft import ensure_sft_model
+
+    if jobs < 2 or len(todo) < 2:
+        for w in todo:
+            ensure_sft_model(w, progress=progress)
+        return
+    env = {**os.environ, "PHANTOM_SFT_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    code = "import json, sys; from phantom.lab.sft import ensure_sft_model; ensure_sft_model(json.loads(sys.argv[1]))"
+    args = [json.dumps(w) for w in todo]
+    pending, active, failed = list(zip(todo, args)), [], []
+    try:
+        while pending or active:
+            while pending and len(active) < jobs:
+                w, arg = pending.pop(0)
+                active.append((w, subprocess.Popen([sys.executable, "-c", code, arg], env=env)))
+            time.sleep(0.2)
+            for item in list(active):
+                if item[1].poll() is not None:
+                    active.remove(item)
+                    if item[1].returncode != 0:
+                        failed.append(f"{item[0]!r}: exit {item[1].returncode}")
+    except BaseException:
+        for _, proc in active:
+            proc.terminate()
+            proc.wait(timeout=30)
+        raise
+    if failed:
+        raise SweepFailed("SFT warm starts failed to build:\n" + "\n".join(failed))
+
+
 def _runs_root(r: str | os.PathLike[str] | None) -> Path:
     return runs_root(r)
 
 
 def sweep_table(name_or_path: str | os.PathLike[str], *, profile: str = "full",
                 runs_root: str | os.PathLike[str] | None = None):
-    """One row per cell: groups, spec fields, status and the run's endpoint summary (a DataFrame)."""
+    """One row per cell: groups, spec fields, status, the run's endpoint summary and its dynamics
+    (:func:`phantom.dynamics.dynamics`: ``len_step``, ``acc_step``, ``all_fail_step``, ``order``, ``lead``)."""
     import pandas as pd
 
     rows = []
@@ -265,14 +316,17 @@ def sweep_table(name_or_path: str | os.PathLike[str], *, profile: str = "full",
 
 def _from_metrics(run: RunDir) -> dict[str, Any]:
     """Endpoint and early-training telemetry read back from ``metrics.jsonl``."""
+    from phantom.dynamics import dynamics
     from phantom.lab.rl import VAL_ACC, VAL_LEN
     from phantom.runs import read_metrics
 
     df = read_metrics(run.path)
     ev = df[df[VAL_ACC].notna()]
     early = df.loc[1:10]
+    dyn = dynamics(df)
     out: dict[str, Any] = {"len_ratio": float(ev[VAL_LEN].iloc[-1] / max(ev[VAL_LEN].iloc[0], 1e-9)),
-                           "refill_steps": int((df.loc[1:, "phantom/gen_batches"] > 1).sum())}
+                           "refill_steps": int((df.loc[1:, "phantom/gen_batches"] > 1).sum()),
+                           **{k: dyn[k] for k in ("len_step", "acc_step", "all_fail_step", "order", "lead")}}
     for key, col in (("final_acc_true", "phantom/val/acc_true"), ("final_acc_denoised", "phantom/val/acc_denoised"),
                      ("final_live_frac", "phantom/frac/live")):
         if col in df:

@@ -1,26 +1,40 @@
 """The lab's task: running sums with worked steps, ending in ``#### <int>``.
 
-A problem adds 2..N two-digit numbers. The reference solution writes one partial sum per line and
-then the GSM8K-style answer line::
+A problem adds 2..N two-digit numbers. A solution writes one partial sum per step and then the
+GSM8K-style answer line. Two answer styles:
 
-    prompt    "Q: 38+7+91\\n"
-    solution  "38+7=45\\n45+91=136\\n#### 136"
-    answer    136
+* ``style="worked"`` (the default): GSM8K-like worked solutions. The partial sums (``38+7=45``) and
+  the ``#### 136`` line carry correctness; around them sits removable prose - a sentence restating
+  the question, a lead-in and a running-total remark per step, a closing sentence - each present
+  with probability ``slack`` and worded in one of several variants of different lengths::
+
+      prompt    "Q: 38+7+91\\n"
+      solution  "We need the sum of 38, 7 and 91.\\nFirst, 38+7=45, so we have 45.\\nThen 45+91=136
+                 \\nSo the total is 136.\\n#### 136"
+
+  ``slack`` is the knob for how much removable text a solution carries (0: none, 1: every piece).
+  GSM8K answers carry much such text (~266 tokens, paper §8), so shortening can remove prose before
+  it removes reasoning; varied wording lets the trimming be gradual.
+* ``style="terse"``: the partial sums and the answer line only (spacing and an optional
+  ``Total:`` recap are the only removable parts): ``"38+7=45\\n45+91=136\\n#### 136"``.
 
 A tiny model cannot add five numbers in one shot, so the worked steps carry the answer: a response
 that drops them (the phantom's "give up fast" shortcut) loses correctness. The number of terms is
 the difficulty knob; it sets how often a whole rollout group fails (the paper's exposure, §7).
-``wording="words"`` renders the same problem as a GSM8K-like sentence.
+``wording="words"`` renders the same prompt as a GSM8K-like sentence.
 
 Public API (used by the lab and by the verl data builder):
 
-* ``TaskConfig(terms=(2, 5), max_operand=99, wording="symbolic")``; ``wording`` is ``"symbolic"``,
-  ``"words"`` or ``"mixed"`` (each problem picks one from its own seed).
+* ``TaskConfig(terms=(2, 5), max_operand=99, wording="symbolic", style="worked", slack=0.6)``;
+  ``wording`` is ``"symbolic"``, ``"words"`` or ``"mixed"`` (each problem picks one from its own seed);
+  ``style`` is ``"worked"`` or ``"terse"``; ``slack`` in ``[0, 1]`` (worked style only).
 * ``problem(cfg, split, index) -> Problem``: problem number ``index`` of a split, a pure function
   of its arguments (no global RNG state).
 * ``make_split(cfg, split, n, start=0) -> list[Problem]``: problems ``start..start+n-1``.
-* ``Problem``: ``prompt``, ``solution``, ``answer`` (int), ``operands``, ``split``, ``index``,
-  ``wording``; ``Problem.target`` is ``solution`` (what the model must emit before EOS).
+* ``Problem``: ``prompt``, ``solution`` (one reference solution in the config's style, drawn from the
+  problem's own seed), ``answer`` (int), ``operands``, ``split``, ``index``, ``wording``;
+  ``Problem.target`` is ``solution`` (what the model must emit before EOS).
+* ``sample_solution(cfg, operands, rng)``: a fresh solution in the config's style (what SFT imitates).
 * ``DATA_SOURCE = "phantom_lab"``: the data-source name in metric keys (``val-core/phantom_lab/...``).
 
 Splits are disjoint by construction: a problem belongs to ``val`` exactly when a stable hash of its
@@ -33,14 +47,15 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
-__all__ = ["DATA_SOURCE", "SPLITS", "WORDINGS", "TaskConfig", "Problem", "problem", "make_split", "iter_split",
-           "solution_text", "styled_solution"]
+__all__ = ["DATA_SOURCE", "SPLITS", "WORDINGS", "STYLES", "TaskConfig", "Problem", "problem", "make_split",
+           "iter_split", "solution_text", "styled_solution", "worked_solution", "sample_solution", "core_lines"]
 
 DATA_SOURCE = "phantom_lab"
 SPLITS: tuple[str, ...] = ("train", "val")
 WORDINGS: tuple[str, ...] = ("symbolic", "words", "mixed")
+STYLES: tuple[str, ...] = ("worked", "terse")
 _VAL_BUCKETS = 10  # one bucket in ten is held out
 
 _NAMES = ("Ada", "Ben", "Chloe", "Dev", "Ema", "Finn", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lena", "Mia", "Noor",
@@ -56,6 +71,10 @@ class TaskConfig:
     terms: tuple[int, int] = (2, 5)
     max_operand: int = 99
     wording: str = "symbolic"
+    #: answer style: ``worked`` (GSM8K-like prose around the steps) or ``terse`` (steps only)
+    style: str = "worked"
+    #: worked style: probability of each removable prose piece (0: none, 1: all); terse ignores it
+    slack: float = 0.6
 
     def __post_init__(self) -> None:
         terms = tuple(int(t) for t in self.terms)
@@ -66,6 +85,15 @@ class TaskConfig:
             raise ValueError(f"max_operand={self.max_operand!r} is invalid; allowed: 9 <= max_operand <= 9999")
         if self.wording not in WORDINGS:
             raise ValueError(f"wording={self.wording!r} is unknown; allowed: {', '.join(WORDINGS)}")
+        if self.style not in STYLES:
+            raise ValueError(f"style={self.style!r} is unknown; allowed: {', '.join(STYLES)}")
+        try:
+            slack = float(self.slack)
+        except (TypeError, ValueError):
+            slack = float("nan")
+        if not 0.0 <= slack <= 1.0:
+            raise ValueError(f"slack={self.slack!r} is invalid; allowed: 0 <= slack <= 1")
+        object.__setattr__(self, "slack", slack)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -78,9 +106,10 @@ class TaskConfig:
             return cls()
         if isinstance(d, TaskConfig):
             return d
-        unknown = set(d) - {"terms", "max_operand", "wording"}
+        unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
-            raise ValueError(f"task has unknown field(s) {sorted(unknown)}; allowed: terms, max_operand, wording")
+            raise ValueError(f"task has unknown field(s) {sorted(unknown)}; allowed: "
+                             f"{', '.join(f.name for f in fields(cls))}")
         return cls(**{k: (tuple(v) if k == "terms" else v) for k, v in d.items()})
 
 
@@ -127,9 +156,61 @@ def solution_text(operands: tuple[int, ...], *, spaced: tuple[bool, ...] | None 
 
 
 def styled_solution(operands: tuple[int, ...], rng: random.Random, p_spaced: float, p_recap: float) -> str:
-    """A solution in a randomly drawn style (what SFT imitates, so sampling varies the length)."""
+    """A terse solution in a randomly drawn spacing/recap (sampling then varies the length a little)."""
     spaced = tuple(rng.random() < p_spaced for _ in operands[1:])
     return solution_text(operands, spaced=spaced, recap=rng.random() < p_recap)
+
+
+# Removable prose of the worked style. Each piece has variants of different lengths, so a policy that
+# is pushed towards shorter answers can trim gradually (a shorter variant, then no piece at all).
+_OPENINGS = ("We add {n} numbers.", "Let's add them one at a time.", "We need the sum of {list}.",
+             "The question asks for the total of {list}.")
+_FIRST_LEADS = ("First, ", "We start with ", "Adding {b} to {a}: ")
+_LEADS = ("Then ", "Next, ", "Now ", "Adding {b} gives ", "After that, ")
+_TAILS = (", so we have {c}.", ", which makes {c}.", ", a running total of {c}.")
+_CLOSINGS = ("The answer is {s}.", "So the total is {s}.", "In total we get {s}.",
+             "Therefore, the sum of all the numbers is {s}.")
+
+
+def core_lines(operands: tuple[int, ...]) -> list[str]:
+    """The steps that carry correctness: ``a+b=c`` for each partial sum."""
+    out, acc = [], operands[0]
+    for x in operands[1:]:
+        out.append(f"{acc}+{x}={acc + x}")
+        acc += x
+    return out
+
+
+def worked_solution(operands: tuple[int, ...], rng: random.Random, slack: float) -> str:
+    """A GSM8K-like worked solution: each prose piece present with probability ``slack``.
+
+    The partial sums and the final ``#### <sum>`` line are always there and never change; only the
+    prose around them (opening sentence, per-step lead-in and running-total tail, closing sentence)
+    is drawn, so every draw is correct and the draws spread in length.
+    """
+    total = sum(operands)
+    listed = ", ".join(map(str, operands[:-1])) + f" and {operands[-1]}"
+    lines = []
+    if rng.random() < slack:
+        lines.append(rng.choice(_OPENINGS).format(n=len(operands), list=listed))
+    acc = operands[0]
+    for i, (x, core) in enumerate(zip(operands[1:], core_lines(operands))):
+        lead = rng.choice(_FIRST_LEADS if i == 0 else _LEADS).format(a=acc, b=x) if rng.random() < slack else ""
+        acc += x
+        tail = rng.choice(_TAILS).format(c=acc) if rng.random() < slack else ""
+        lines.append(f"{lead}{core}{tail}")
+    if rng.random() < slack:
+        lines.append(rng.choice(_CLOSINGS).format(s=total))
+    lines.append(f"#### {total}")
+    return "\n".join(lines)
+
+
+def sample_solution(cfg: TaskConfig, operands: tuple[int, ...], rng: random.Random, *, p_spaced: float = 0.5,
+                    p_recap: float = 0.3) -> str:
+    """A fresh solution in ``cfg``'s style (what SFT imitates); ``p_spaced``/``p_recap``: terse style only."""
+    if cfg.style == "terse":
+        return styled_solution(operands, rng, p_spaced, p_recap)
+    return worked_solution(operands, rng, cfg.slack)
 
 
 def _words_prompt(ops: tuple[int, ...], rng: random.Random) -> str:
@@ -161,7 +242,11 @@ def problem(cfg: TaskConfig, split: str, index: int) -> Problem:
         raise RuntimeError(f"could not draw a {split} problem for index {index}")
     wording = cfg.wording if cfg.wording != "mixed" else rng.choice(("symbolic", "words"))
     prompt = f"Q: {'+'.join(map(str, ops))}\n" if wording == "symbolic" else _words_prompt(ops, rng)
-    return Problem(prompt=prompt, solution=solution_text(ops), answer=sum(ops), operands=ops, split=split,
+    if cfg.style == "terse":
+        solution = solution_text(ops)
+    else:  # one reference draw from the problem's own seed (verl data, tests); SFT draws its own
+        solution = worked_solution(ops, random.Random(_seed("solution", split, index, *ops)), cfg.slack)
+    return Problem(prompt=prompt, solution=solution, answer=sum(ops), operands=ops, split=split,
                    index=int(index), wording=wording)
 
 

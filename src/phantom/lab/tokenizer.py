@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from phantom.lab.task import TaskConfig, make_split, styled_solution
+from phantom.lab.task import TaskConfig, make_split, styled_solution, worked_solution
 
 __all__ = ["SPECIAL_TOKENS", "EOS_TOKEN", "PAD_TOKEN", "CHAT_TEMPLATE", "TokenizerConfig", "LabTokenizer",
            "train_tokenizer", "save_tokenizer"]
@@ -39,7 +39,7 @@ _QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
 class TokenizerConfig:
     """What the BPE is trained on: ``corpus`` problems of each wording, up to ``vocab_size`` tokens."""
 
-    vocab_size: int = 384
+    vocab_size: int = 512
     corpus: int = 3000
     task: TaskConfig = field(default_factory=lambda: TaskConfig(terms=(2, 6), wording="mixed"))
 
@@ -57,12 +57,18 @@ def _empty_qwen2_tokenizer() -> Tokenizer:
 
 
 def train_tokenizer(cfg: TokenizerConfig) -> Tokenizer:
-    """Train deterministically on prompts and solutions of both splits (no text is downloaded)."""
+    """Train deterministically on prompts and solutions of both splits (no text is downloaded).
+
+    Every problem contributes a terse and a fully worked solution (slack 1), whatever the profile's
+    style, so one vocabulary serves every style and slack: profiles that differ only in their answer
+    style share a tokenizer, and the prose words are single tokens.
+    """
     texts = []
     rng = random.Random(0)
     for split in ("train", "val"):
         for p in make_split(cfg.task, split, cfg.corpus if split == "train" else cfg.corpus // 10):
             texts.append(p.prompt + styled_solution(p.operands, rng, 0.5, 0.5))
+            texts.append(p.prompt + worked_solution(p.operands, rng, 1.0))
     tok = _empty_qwen2_tokenizer()
     trainer = trainers.BpeTrainer(vocab_size=cfg.vocab_size, special_tokens=list(SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
