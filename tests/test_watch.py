@@ -158,3 +158,17 @@ def test_recorded_outcome_arm_gets_no_length_warning(capsys):
     main([str(REC / "lab_outcome_s0.jsonl"), "--once", "--color", "never"])
     out = capsys.readouterr().out
     assert "WARNING [length]" not in out and "val acc" in out
+
+
+def test_recorded_worked_answer_collapse_warns_on_length_first(capsys):
+    """On a collapse of the worked-answer lab (prose to remove) the paper's order holds: `--once` prints
+    the length warning as a leading indicator at a step before the accuracy drop."""
+    assert main([str(REC / "lab_worked_none_s0.jsonl"), "--once", "--color", "never"]) == 1
+    out = capsys.readouterr().out
+    assert out.index("WARNING [length] LEADING INDICATOR") < out.index("WARNING [accuracy]")
+    tail = MetricsTail(REC / "lab_worked_none_s0.jsonl")
+    tail.poll()
+    alerts = {a.kind: a for a in detect(indicators(tail.rows)[0])}
+    assert alerts["length"].step < alerts["accuracy"].step
+    assert "has not dropped yet" in alerts["length"].message
+    assert f"length warned {alerts['accuracy'].step - alerts['length'].step} step(s) earlier" in out
