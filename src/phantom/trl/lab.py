@@ -46,13 +46,14 @@ class TrlArmSpec:
     prompts: int = 32
     rollouts: int = 5
     lr: float = 3.5e-3
+    warmup_steps: int = 10  # linear lr warm-up as the lab's (TRL constant_with_warmup: one step later, from 0)
     lora_rank: int = 8
     lora_alpha: float = 16.0
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     clip: float = 0.2
     temperature: float = 1.0
-    max_new: int = 80
+    max_new: int | None = None  # response cap in tokens; None: the SFT profile's, as the lab's ArmSpec
     eval_every: int = 5
     eval_n: int = 256
     model: str = "lab"  # SFT profile; the task is the one that profile was trained on
@@ -66,9 +67,11 @@ class TrlArmSpec:
             raise ValueError(f"arm={self.arm!r} is unknown; allowed: {', '.join(ARMS)}")
         if self.model not in PROFILES:
             raise ValueError(f"model={self.model!r} is unknown; allowed: {', '.join(PROFILES)}")
+        if self.max_new is None:
+            object.__setattr__(self, "max_new", PROFILES[self.model].max_new)
         # the lab's own validation of the shared knobs (ranges, integers)
         ArmSpec(lam=self.lam, cap=self.cap, seed=self.seed, steps=self.steps, prompts=self.prompts,
-                rollouts=self.rollouts, lr=self.lr, lora_rank=self.lora_rank, lora_alpha=self.lora_alpha,
+                rollouts=self.rollouts, lr=self.lr, warmup_steps=self.warmup_steps, lora_rank=self.lora_rank, lora_alpha=self.lora_alpha,
                 weight_decay=self.weight_decay, grad_clip=self.grad_clip, clip_low=self.clip, clip_high=self.clip,
                 temperature=self.temperature, max_new=self.max_new, eval_every=self.eval_every,
                 eval_n=self.eval_n, model=self.model)
@@ -200,8 +203,8 @@ def build_trainer(spec: TrlArmSpec, *, output_dir: str, name: str, root: Any = N
     rewards = wrap(accuracy_reward, LengthPenalty(spec.lam, spec.cap), num_generations=spec.rollouts)
     args = GRPOConfig(
         output_dir=output_dir, num_generations=spec.rollouts, per_device_train_batch_size=spec.prompts * spec.rollouts,
-        gradient_accumulation_steps=1, max_steps=spec.steps, learning_rate=spec.lr, lr_scheduler_type="constant",
-        warmup_steps=0, weight_decay=spec.weight_decay, max_grad_norm=spec.grad_clip, adam_beta2=0.999,
+        gradient_accumulation_steps=1, max_steps=spec.steps, learning_rate=spec.lr, lr_scheduler_type="constant_with_warmup",
+        warmup_steps=spec.warmup_steps, weight_decay=spec.weight_decay, max_grad_norm=spec.grad_clip, adam_beta2=0.999,
         epsilon=spec.clip, beta=0.0, loss_type="dapo", scale_rewards=spec.scale_rewards,
         temperature=spec.temperature, max_completion_length=spec.max_new, seed=spec.seed, data_seed=spec.seed,
         use_cpu=True, bf16=False, report_to=[], logging_steps=1, save_strategy="no", disable_tqdm=True,
