@@ -53,7 +53,8 @@ def test_no_filter_collapses_and_the_outcome_gate_holds(runs):
     for m, df in runs["outcome"]:
         acc, ln = df[VAL_ACC].dropna(), df[VAL_LEN].dropna()
         assert acc.iloc[-1] >= acc.iloc[0] - 0.1, (m["name"], acc.tolist())
-        assert ln.iloc[-1] > 0.8 * ln.iloc[0], (m["name"], ln.tolist())
+        # worked answers keep their steps; the length term inside live groups trims prose (as in the lab)
+        assert ln.iloc[-1] > ln.iloc[0] / 3, (m["name"], ln.tolist())
         # the gate zeroed exactly the outcome-degenerate groups, and TRL saw them flat
         degenerate = df.loc[1:, "phantom/groups/all_fail"] + df.loc[1:, "phantom/groups/all_pass"]
         assert (df.loc[1:, "phantom/groups/zeroed"] == degenerate).all()
