@@ -30,7 +30,7 @@ from phantom.lab.spec import ArmSpec
 from phantom.runs import RunDir, RunInUse, runs_root
 
 __all__ = ["PROFILES", "Cell", "SweepFailed", "list_sweeps", "load_sweep", "expand", "run_sweep", "sweep_table",
-           "notebook_path", "build_warm_starts"]
+           "notebook_path", "materialize_notebook", "build_warm_starts"]
 
 PROFILES: tuple[str, ...] = ("full", "quick")
 _NB_DIR = ".lab_notebooks"
@@ -113,23 +113,27 @@ def expand(sweep: dict[str, Any], profile: str = "full") -> list[Cell]:
     return list(cells.values())
 
 
-def notebook_path() -> Path:
-    """``notebooks/lab_arm.py`` of this checkout (override with ``$PHANTOM_LAB_NOTEBOOK``)."""
-    env = os.environ.get("PHANTOM_LAB_NOTEBOOK")
-    p = Path(env) if env else Path(__file__).resolve().parents[3] / "notebooks" / "lab_arm.py"
+def notebook_path(stem: str = "lab_arm", env_var: str = "PHANTOM_LAB_NOTEBOOK") -> Path:
+    """``notebooks/<stem>.py`` of this checkout (override with ``$<env_var>``); the TRL sweep uses it too."""
+    env = os.environ.get(env_var)
+    p = Path(env) if env else Path(__file__).resolve().parents[3] / "notebooks" / f"{stem}.py"
     if not p.is_file():
-        raise FileNotFoundError(f"lab notebook not found at {p}; set $PHANTOM_LAB_NOTEBOOK")
+        raise FileNotFoundError(f"notebook {stem} not found at {p}; set ${env_var}")
     return p
 
 
-def _materialize_notebook(dest_dir: Path) -> Path:
+def materialize_notebook(dest_dir: Path, stem: str = "lab_arm", env_var: str = "PHANTOM_LAB_NOTEBOOK") -> Path:
+    """Write the jupytext notebook as ``.ipynb`` (with a python3 kernelspec) for papermill; return its path.
+
+    The file name carries the pid, so two sweeps sharing a runs folder never overwrite each other's input.
+    """
     import jupytext
     import nbformat
 
     dest_dir.mkdir(parents=True, exist_ok=True)
-    nb = jupytext.read(notebook_path())
+    nb = jupytext.read(notebook_path(stem, env_var))
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    out = dest_dir / f"lab_arm.{os.getpid()}.ipynb"
+    out = dest_dir / f"{stem}.{os.getpid()}.ipynb"
     nbformat.write(nb, out)
     return out
 
@@ -192,7 +196,7 @@ def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
         return runs
     build_warm_starts([c.spec.sft for c in todo], jobs=jobs, progress=progress)
     (root / _NB_DIR).mkdir(parents=True, exist_ok=True)
-    nb_in = _materialize_notebook(root / _NB_DIR)
+    nb_in = materialize_notebook(root / _NB_DIR)
     failures: list[str] = []
     retries: dict[str, int] = {}
     pending = list(todo)

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from phantom.lab import sweep as lab_sweep
 from phantom.runs import RunDir, RunInUse, runs_root
 from phantom.trl.lab import ARMS, TrlArmSpec
 
@@ -56,23 +57,7 @@ def expand(profile: str = "full", *, model: str | None = None, arms: Sequence[st
 
 def notebook_path() -> Path:
     """``notebooks/trl_arm.py`` of this checkout (override with ``$PHANTOM_TRL_NOTEBOOK``)."""
-    env = os.environ.get("PHANTOM_TRL_NOTEBOOK")
-    p = Path(env) if env else Path(__file__).resolve().parents[3] / "notebooks" / "trl_arm.py"
-    if not p.is_file():
-        raise FileNotFoundError(f"TRL notebook not found at {p}; set $PHANTOM_TRL_NOTEBOOK")
-    return p
-
-
-def _materialize(dest: Path) -> Path:
-    import jupytext
-    import nbformat
-
-    dest.mkdir(parents=True, exist_ok=True)
-    nb = jupytext.read(notebook_path())
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    out = dest / f"trl_arm.{os.getpid()}.ipynb"
-    nbformat.write(nb, out)
-    return out
+    return lab_sweep.notebook_path("trl_arm", "PHANTOM_TRL_NOTEBOOK")
 
 
 def run_sweep(profile: str = "full", *, model: str | None = None, arms: Sequence[str] | None = None,
@@ -99,7 +84,7 @@ def run_sweep(profile: str = "full", *, model: str | None = None, arms: Sequence
         return runs
     ensure_sft_model(todo[0].model, progress=progress)
     work = root / _NB_DIR
-    nb_in = _materialize(work)
+    nb_in = lab_sweep.materialize_notebook(work, "trl_arm", "PHANTOM_TRL_NOTEBOOK")
     failures = []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "PHANTOM_RUNS": str(root), "TRL_EXPERIMENTAL_SILENCE": "1", "WANDB_MODE": "disabled"}
