@@ -36,8 +36,10 @@ __all__ = ["SFTConfig", "PROFILES", "CODE_VERSION", "artifacts_root", "resolve_s
 #: Bump when code changes what a given configuration builds (invalidates every cached checkpoint).
 CODE_VERSION = 3
 #: SFT runs alone (before any RL process starts), so it takes both cores of the 2-core target machine:
-#: 1.65x faster than one thread there, and bit-identical to it (the `lab` and `quick` checkpoints'
-#: model.safetensors hash the same built with 1 or 2 threads, torch 2.13.0 CPU). On a machine shared
+#: 1.65x faster than one thread there. The first lab's `lab` and `quick` checkpoints hashed the same
+#: built with 1 or 2 threads (torch 2.13.0 CPU); the second lab's `lab_base` did not reproduce across
+#: two builds on one machine (stopped at step 800 vs 750; `lab` warm start 0.555 vs 0.570 held-out), a
+#: cause not yet found - which is why robustness is checked across SFT seeds. On a machine shared
 #: with other work two threads can be many times slower than one (each waits for the other at every
 #: op): ``$PHANTOM_SFT_THREADS`` overrides the count.
 SFT_THREADS = 2
