@@ -94,6 +94,21 @@ def test_kv_cache_generation_equals_full_forward_and_hf(tokdir):
         assert ref[0, len(p):].tolist() == r
 
 
+def test_repeated_prompts_share_one_prefill_and_decode_independently(tokdir):
+    """A rollout batch repeats each prompt G times; the prefill runs once per distinct prompt and its
+    cache rows are copied to the repeats. Greedy rows must equal the distinct prompts' own (a wrong
+    copy changes the answer), and sampled repeats must not share one cache (they sample apart)."""
+    model = load_checkpoint(tokdir).eval()
+    distinct = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]]
+    order = [1, 0, 1, 2, 0, 0, 2, 1]
+    prompts = [distinct[k] for k in order]
+    alone, _ = model.generate(distinct, max_new=10, eos_id=-1, pad_id=0, greedy=True)
+    rep, _ = model.generate(prompts, max_new=10, eos_id=-1, pad_id=0, greedy=True)
+    assert rep == [alone[k] for k in order]
+    toks, _ = model.generate(prompts, max_new=10, eos_id=-1, pad_id=0, generator=torch.Generator().manual_seed(3))
+    assert len({tuple(t) for t in toks}) > len(distinct)
+
+
 def test_sampling_logprobs_match_response_logprobs(tokdir):
     """Finished rows are dropped from the decode batch mid-way; scores of what was sampled must agree."""
     model = load_checkpoint(tokdir).eval()

@@ -119,3 +119,16 @@ def test_cell_whose_kernel_never_started_is_relaunched(env, monkeypatch):
     monkeypatch.setattr(sweep_mod, "_launch", launch)
     out = run_sweep(path, profile="quick", runs_root=runs, jobs=2, progress=False)
     assert len(first) == len(out) and all(r.done for r in out)
+
+
+def test_launch_order_starts_the_expensive_cells_first():
+    """The paper sweep's DAPO and reversed-shaping cells start before its cheap no-filter cells; every
+    cell is launched exactly once."""
+    cells = sweep_mod.expand(sweep_mod.load_sweep("paper"), "full")
+    order = sweep_mod.launch_order(cells)
+    assert sorted(c.name for c in order) == sorted(c.name for c in cells)
+    first = order[: 4]
+    assert {c.spec.sampling for c in first[:2]} == {"dapo"}
+    assert all(c.spec.sampling == "dapo" or c.spec.kind == "length_long" for c in first)
+    last = order[-1].spec
+    assert last.arm != "outcome" and last.sampling == "gate" and last.kind != "length_long"
