@@ -156,9 +156,13 @@ def _launch(cell: Cell, sweep_name: str, nb_in: Path, root: Path) -> tuple[subpr
 #: What ``papermill NB_IN NB_OUT -f PARAMS -k python3 --cwd CWD`` does, through papermill's API so the
 #: kernel is stopped at once when the notebook has finished (``shutdown_kernel="immediate"``) instead of
 #: waiting for a graceful exit: the run folder is complete by then, and a 40-cell sweep otherwise
-#: spends about a second per cell with one core idle.
+#: spends about a second per cell with one core idle. This short-lived process also skips the optional
+#: ``rfc3987_syntax`` backend of jsonschema's ``iri`` format checker: nbformat's import of jsonschema
+#: otherwise builds its ~35 Earley parsers (1.2 s per cell here; python-jsonschema/jsonschema#1428),
+#: and no notebook schema uses that format.
 _PAPERMILL = """
 import logging, sys
+sys.modules.setdefault("rfc3987_syntax", None)
 import papermill, yaml
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 nb_in, nb_out, params, cwd = sys.argv[1:5]
