@@ -62,3 +62,18 @@ def test_no_filter_mostly_collapses_and_outcome_holds(cells):
     for m in STYLES:
         assert sum(r["acc_end"] < 0.1 for r in cells[m, "none"]) >= 2, m
         assert all(r["acc_end"] >= r["acc0"] - 0.05 for r in cells[m, "outcome"]), m
+
+
+def test_the_books_reader_of_committed_sweeps(tmp_path):
+    """phantom.book.results.committed_runs (what chapter 4 reads): one row per committed cell with its
+    dynamics, the metrics by run name, and the same columns with no rows where nothing is committed."""
+    from phantom.book.results import committed_runs
+    from phantom.dynamics import COLUMNS
+
+    table, frames = committed_runs("styles", RUNS, ["model", "arm", "seed"])
+    assert len(table) == 24 and set(frames) == set(table.index)
+    assert list(table.columns) == ["model", "arm", "seed", *COLUMNS]
+    lab_none = table[(table["model"] == "lab") & (table["arm"] == "none")]
+    assert list(lab_none["order"]) == ["length first"] * 3
+    empty, none = committed_runs("styles", tmp_path / "nothing", ["model", "arm", "seed"])
+    assert len(empty) == 0 and none == {} and list(empty.columns) == list(table.columns)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["ARMS", "VAL_ACC", "VAL_LEN", "TRAIN_LEN", "resolve_profile", "resolve_runs", "load_cells",
-           "select", "missing_note", "metrics", "curve", "curves", "first_below", "collapse_step",
+           "committed_runs", "select", "missing_note", "metrics", "curve", "curves", "first_below", "collapse_step",
            "endpoints", "dynamics", "mean_sd", "fmt_pm", "reported", "reported_text", "samples", "same_curves"]
 
 ARMS: tuple[str, ...] = ("none", "score", "outcome")
@@ -195,6 +195,25 @@ def dynamics(rows: pd.DataFrame, **thresholds: Any) -> pd.DataFrame:
     root = rows.attrs.get("runs_root") or resolve_runs()
     frames = {name: df for name in rows.loc[rows["done"], "name"] if len(df := metrics(name, root))}
     return dynamics_table(frames, **thresholds)
+
+
+def committed_runs(sweep: str, root: str | os.PathLike[str], fields: Sequence[str], **thresholds: Any,
+                   ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """The finished full-profile cells of a sweep whose run folders are committed under ``root`` (the
+    other warm starts' sweeps, which the book reads and never re-runs).
+
+    Returns one row per run (index: run name) with the spec ``fields`` and its :func:`dynamics` row,
+    and each run's metrics by name. With no finished run, the same columns and no rows.
+    """
+    from phantom.dynamics import COLUMNS, dynamics_table
+
+    cells = load_cells("full", root, sweep=sweep)
+    done = cells[cells["done"]]
+    frames = {name: df for name in done["name"] if len(df := metrics(name, cells.attrs["runs_root"]))}
+    table = done[done["name"].isin(frames)].set_index("name")[list(fields)]
+    if not frames:
+        return table.reindex(columns=[*fields, *COLUMNS]), frames
+    return table.join(dynamics_table(frames, **thresholds)), frames
 
 
 def mean_sd(values: Iterable[float]) -> tuple[float, float, int]:
