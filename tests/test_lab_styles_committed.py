@@ -1,7 +1,8 @@
 """The committed answer-style sweep (data/runs/lab_styles): complete, readable, and what it shows.
 
 These are the run logs of ``phantom lab sweep styles`` (one arithmetic base re-styled at slack 0.3, 0.6
-and 1.0 and in the terse style; no filter and outcome filter; RL seeds 0-2). The assertions are what
+and 1.0 and in the terse style; no filter and outcome filter; RL seeds 0-2), from checkpoints the
+committed code builds (the base is the one every fresh clone builds: 750 steps, warm start 0.570). The assertions are what
 chapter 4 states about them; a re-run whose data stops supporting one fails here, before the book.
 """
 
@@ -38,7 +39,10 @@ def test_the_committed_runs_are_the_sweeps_cells(cells):
     for runs in cells.values():
         assert sorted(r["seed"] for r in runs) == [0, 1, 2]
         for r in runs:
-            assert r["manifest"]["status"] == "done" and r["manifest"]["sweep"]["name"] == "styles"
+            # the slack-0.6 cells are the `paper` sweep's core cells (same spec, same folder name), taken
+            # from a fresh clone's `make book`; the others ran in the `styles` sweep
+            assert r["manifest"]["status"] == "done"
+            assert r["manifest"]["sweep"]["name"] == ("paper" if r["manifest"]["spec"]["model"] == "lab" else "styles")
             assert r["last_step"] == 40
 
 

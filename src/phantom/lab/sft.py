@@ -36,12 +36,12 @@ __all__ = ["SFTConfig", "PROFILES", "CODE_VERSION", "artifacts_root", "resolve_s
 #: Bump when code changes what a given configuration builds (invalidates every cached checkpoint).
 CODE_VERSION = 3
 #: SFT runs alone (before any RL process starts), so it takes both cores of the 2-core target machine:
-#: 1.65x faster than one thread there. The first lab's `lab` and `quick` checkpoints hashed the same
-#: built with 1 or 2 threads (torch 2.13.0 CPU); the second lab's `lab_base` did not reproduce across
-#: two builds on one machine (stopped at step 800 vs 750; `lab` warm start 0.555 vs 0.570 held-out), a
-#: cause not yet found - which is why robustness is checked across SFT seeds. On a machine shared
-#: with other work two threads can be many times slower than one (each waits for the other at every
-#: op): ``$PHANTOM_SFT_THREADS`` overrides the count.
+#: 1.65x faster than one thread there. Checkpoints are bit-identical built with 1 or 2 threads (torch
+#: 2.13.0 CPU): `lab_base` in two fresh clones (2 threads) and in a 1-thread build stopped at step 750
+#: with the same weights (`lab` warm start 0.570 held-out). The development checkpoint the committed
+#: TRL and verl CPU runs start from (step 800, 0.555) was built before the SFT code was committed.
+#: On a machine shared with other work two threads can be many times slower than one (each waits for
+#: the other at every op): ``$PHANTOM_SFT_THREADS`` overrides the count.
 SFT_THREADS = 2
 #: first val-split index of the stopping rule's check problems (the RL held-out set is 0..eval_n-1)
 CHECK_START = 100_000
