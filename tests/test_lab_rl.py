@@ -7,11 +7,12 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from phantom.lab.dapo import no_contrast_groups
-from phantom.lab.rl import VAL_ACC, VAL_LEN, Trainer, gated_rows, run_arm
+from phantom.lab.rl import VAL_ACC, VAL_LEN, Trainer, _eval0_key, gated_rows, run_arm
 from phantom.lab.spec import ArmSpec
 from phantom.runs import RunDir, read_metrics
 
@@ -65,6 +66,30 @@ def test_runs_are_reproducible_and_reused(lab_env, tmp_path):
     before = a.metrics_path.stat().st_mtime_ns
     again = run_arm({**TINY, "arm": "none", "seed": 3}, name="a", root=tmp_path, progress=False)
     assert again.path == a.path and a.metrics_path.stat().st_mtime_ns == before
+
+
+def test_start_evaluation_cache_changes_nothing(lab_env, tmp_path, monkeypatch):
+    """The step-0 evaluation is computed once per warm start and reused; a run that reads it logs
+    exactly what a run that computed it logs (every value but timings), and the cache is keyed on
+    what the evaluation depends on (here: the response cap)."""
+    spec = {**TINY, "arm": "none", "seed": 5}
+    key = lab_env / "eval0" / f"{_eval0_key(lab_env, ArmSpec.from_dict(spec))}.json"
+    key.unlink(missing_ok=True)  # other tests of this module share the warm start
+    monkeypatch.setenv("PHANTOM_EVAL0_CACHE", "0")
+    ref = read_metrics(run_arm(spec, name="off", root=tmp_path, progress=False).path)
+    assert not key.exists()
+    monkeypatch.setenv("PHANTOM_EVAL0_CACHE", "1")
+    first = read_metrics(run_arm(spec, name="fill", root=tmp_path, progress=False).path)
+    assert key.is_file()
+    written = key.stat().st_mtime_ns
+    hit = read_metrics(run_arm(spec, name="hit", root=tmp_path, progress=False).path)
+    assert key.stat().st_mtime_ns == written
+    cols = [c for c in ref.columns if not c.startswith("timing_s/")]
+    assert ref[VAL_ACC].notna().sum() >= 2
+    for df in (first, hit):
+        pd.testing.assert_frame_equal(df[cols], ref[cols])
+    assert _eval0_key(lab_env, ArmSpec.from_dict({**spec, "max_new": 20})) != key.stem
+    assert _eval0_key(lab_env, ArmSpec.from_dict({**spec, "seed": 6, "arm": "outcome", "lam": 0.1})) == key.stem
 
 
 def test_crash_leaves_failed_and_is_rerun(lab_env, tmp_path, monkeypatch):
@@ -170,6 +195,31 @@ def test_rezeroing_binary_dead_groups_is_gradient_redundant(lab_env):
     g_none, g_gate = _grads(tr, batch, a_none, None), _grads(tr, batch, a_gate, None)
     for x, y in zip(g_none, g_gate):
         torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("variant", [
+    dict(),
+    dict(estimator="gspo", loss_agg="seq-mean-token-mean", mini_batches=2),
+    dict(estimator="drgrpo"),
+])
+def test_score_gate_zeroes_only_groups_with_zero_advantage(lab_env, variant):
+    """Why the paper sweep runs the shaped-score arm only in its core cells: under advantage-zeroing the
+    score gate zeroes groups whose shaped scores tie, whose centred scores (with or without the std
+    divisor) are already zero, so its advantages and its update equal the no-filter arm's exactly."""
+    tr, batch = _trainer_batch(lab_env, arm="score", lam=0.3, grad_clip=1e6, **variant)
+    n = tr.spec.rollouts
+    batch.score[:n] = batch.score[0]  # one all-fail group whose shaped scores tie
+    a_none, _ = tr.advantages(batch, "none")
+    a_score, stats = tr.advantages(batch, "score")
+    assert stats.zeroed >= 1 and (a_none[:n] == 0).all()
+    assert np.abs(a_none).max() > 0
+    np.testing.assert_array_equal(a_none, a_score)
+    twin = Trainer(tr.spec, lab_env)  # fresh optimizer state: several mini-batches step in between
+    tr.update(batch, a_none, None, step=1)
+    twin.update(batch, a_score, None, step=1)
+    for x, y in zip(tr.params, twin.params):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    assert any(p.grad is not None and p.grad.abs().max() > 0 for p in tr.params)
 
 
 def test_mask_drop_rescales_token_mean(lab_env):

@@ -122,13 +122,14 @@ def test_cell_whose_kernel_never_started_is_relaunched(env, monkeypatch):
 
 
 def test_launch_order_starts_the_expensive_cells_first():
-    """The paper sweep's DAPO and reversed-shaping cells start before its cheap no-filter cells; every
-    cell is launched exactly once."""
+    """The paper sweep's longest cells (DAPO's acc arm, the reversed phantom without a filter, whose
+    answers grow to the budget) start first and a cheap collapsing cell last; every cell is launched
+    exactly once."""
     cells = sweep_mod.expand(sweep_mod.load_sweep("paper"), "full")
     order = sweep_mod.launch_order(cells)
     assert sorted(c.name for c in order) == sorted(c.name for c in cells)
-    first = order[: 4]
-    assert {c.spec.sampling for c in first[:2]} == {"dapo"}
-    assert all(c.spec.sampling == "dapo" or c.spec.kind == "length_long" for c in first)
+    a, b = order[0].spec, order[1].spec
+    assert (a.sampling, a.arm) == ("dapo", "outcome")
+    assert (b.kind, b.arm, b.cap) == ("length_long", "none", 512)
     last = order[-1].spec
     assert last.arm != "outcome" and last.sampling == "gate" and last.kind != "length_long"

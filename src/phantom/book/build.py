@@ -30,6 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from phantom.book.background import start_warmup
 from phantom.book.chapters import (
     PROFILES,
     Chapter,
@@ -244,7 +245,18 @@ def book_main(argv: Sequence[str] | None = None) -> int:
             if sweep:
                 needs.setdefault(str(sweep), []).append(ch.stem)
         t = time.perf_counter()
-        _run_lab_sweeps(needs, args.profile, args.jobs)
+        from phantom.runs import runs_root
+
+        # the chapters that read no lab runs execute beside the lab, on the CPU time it leaves idle
+        warm = (start_warmup(root, chapters, args.profile, args.jobs, runs_root(), build / "phantom" / "background")
+                if needs and not args.force else None)
+        try:
+            _run_lab_sweeps(needs, args.profile, args.jobs)
+        finally:
+            if warm is not None:
+                if sys.exc_info()[0] is not None:
+                    warm.proc.terminate()
+                warm.wait()
         timings["lab"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -260,8 +272,6 @@ def book_main(argv: Sequence[str] | None = None) -> int:
         # each chapter's kernel is its own process: two at a time use both cores. The kernels inherit
         # os.environ, so the environment is set once around the pool (every chapter gets the same);
         # a per-chapter set-and-restore would race between the threads.
-        from phantom.runs import runs_root
-
         with environ(chapter_env(root, args.profile, runs_root())), \
                 concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             results = list(pool.map(run, targets.items()))
@@ -303,7 +313,9 @@ def book_main(argv: Sequence[str] | None = None) -> int:
         print(f"phantom book: strict jupyter-book build failed (rc {proc.returncode}); see the warnings above",
               file=sys.stderr)
         return 1
-    log(f"done in {total:.1f} s ({summary}; {executed} of {len(chapters)} chapters executed)")
+    background = f", {warm.executed} of them in the background beside the lab" if warm is not None and warm.executed else ""
+    log(f"done in {total:.1f} s ({summary}; {executed + (warm.executed if warm else 0)} of {len(chapters)} "
+        f"chapters executed{background})")
     print(build / "html" / "index.html")
     if failed_claims(claims):
         print(f"phantom book: the book is built, but {len(failed_claims(claims))} claim(s) are not reproduced "

@@ -10,10 +10,14 @@ refill). Every step appends one line to ``metrics.jsonl`` with verl's key names 
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
+import json
 import math
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,7 +31,7 @@ from phantom.lab.sft import EvalResult, ensure_sft_model, evaluate, load_sft
 from phantom.lab.spec import ArmSpec
 from phantom.lab.task import DATA_SOURCE, make_split, problem
 from phantom.rewards import denoise, has_answer_marker, is_correct, noisy_outcome, shaped_reward
-from phantom.runs import RunDir, runs_root
+from phantom.runs import RunDir, runs_root, write_json_atomic
 
 __all__ = ["Rollouts", "Trainer", "run_arm", "gated_rows", "VAL_ACC", "VAL_LEN"]
 
@@ -46,6 +50,7 @@ class Trainer:
         torch.set_num_threads(1)
         self.spec = spec
         torch.manual_seed(spec.seed)
+        self.checkpoint = Path(checkpoint)
         self.model, self.tok, self.sft_meta = load_sft(checkpoint)
         self.model.train()
         self.ref = None
@@ -171,7 +176,8 @@ class Trainer:
     # -------------------------------------------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, Any]:
         s = self.spec
-        r: EvalResult = evaluate(self.model, self.tok, self.val, max_new=s.max_new)
+        r: EvalResult = (self._evaluate_start() if step == 0 else
+                         evaluate(self.model, self.tok, self.val, max_new=s.max_new))
         observed = r.correct.astype(float)
         if s.noise_p > 0:
             ids = [f"val:{s.seed}:{step}:{i}" for i in range(len(observed))]
@@ -186,6 +192,33 @@ class Trainer:
         if s.noise_p > 0:
             out["phantom/val/acc_denoised"] = float(denoise(float(np.mean(observed)), s.noise_p))
         return out
+
+    def _evaluate_start(self) -> EvalResult:
+        """The held-out evaluation before the first update, shared by every arm of a warm start.
+
+        Before any update the policy is the checkpoint (LoRA's B starts at zero, and evaluation is
+        greedy and draws no random numbers), so its evaluation depends only on the checkpoint, the
+        held-out set, the response cap and the code: a sweep's 36 cells from one warm start would
+        repeat the same ~1.3 s of generation. It is cached next to the checkpoint under a key of all
+        of those (``$PHANTOM_EVAL0_CACHE=0`` turns the cache off); the result is bit-identical.
+        """
+        s = self.spec
+        if os.environ.get("PHANTOM_EVAL0_CACHE", "1") == "0":
+            return evaluate(self.model, self.tok, self.val, max_new=s.max_new)
+        path = Path(self.checkpoint) / "eval0" / f"{_eval0_key(self.checkpoint, s)}.json"
+        try:
+            d = json.loads(path.read_text())
+            return EvalResult(texts=d["texts"], correct=np.array(d["correct"], dtype=bool),
+                              lengths=np.array(d["lengths"], dtype=float), tokens=np.array(d["tokens"], dtype=float),
+                              ended=np.array(d["ended"], dtype=bool))
+        except (OSError, ValueError, KeyError):
+            pass
+        r = evaluate(self.model, self.tok, self.val, max_new=s.max_new)
+        with contextlib.suppress(OSError):  # a read-only checkpoint folder only loses the cache
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, {"texts": r.texts, "correct": r.correct.tolist(), "lengths": r.lengths.tolist(),
+                                     "tokens": r.tokens.tolist(), "ended": r.ended.tolist()})
+        return r
 
     def collect(self, step: int) -> tuple[Rollouts, np.ndarray, GateStats, dict[str, float], np.ndarray | None]:
         """The step's training batch, its advantages, gate stats, extra metrics and live rows."""
@@ -268,6 +301,24 @@ def _summary(history: list[dict[str, Any]]) -> dict[str, Any]:
         "seconds_per_step": float(np.mean(steps)) if steps else None,
         "gen_batches_total": float(sum(h.get("phantom/gen_batches", 0) for h in history)),
     }
+
+
+#: the sources whose code decides a greedy evaluation's tokens and scores
+_EVAL_SOURCES = ("model.py", "sft.py", "task.py", "tokenizer.py", "../rewards.py")
+
+
+def _eval0_key(checkpoint: Path, spec: ArmSpec) -> str:
+    """Hash of what a start-of-run evaluation depends on (see :meth:`Trainer._evaluate_start`)."""
+    h = hashlib.sha256(b"eval0/1")
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        f = checkpoint / name
+        h.update(name.encode() + (f.read_bytes() if f.is_file() else b"-"))
+    here = Path(__file__).resolve().parent
+    for src in _EVAL_SOURCES:
+        h.update(src.encode() + (here / src).read_bytes())
+    h.update(json.dumps({"task": spec.task_config.to_dict(), "eval_n": spec.eval_n, "max_new": spec.max_new,
+                         "torch": torch.__version__, "threads": torch.get_num_threads()}, sort_keys=True).encode())
+    return h.hexdigest()[:20]
 
 
 def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,

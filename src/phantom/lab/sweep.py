@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from phantom.kernels import batch_kernel_env
 from phantom.lab.spec import ArmSpec
 from phantom.runs import RunDir, RunInUse, runs_root
 
@@ -147,7 +148,7 @@ def _launch(cell: Cell, sweep_name: str, nb_in: Path, root: Path) -> tuple[subpr
     }, sort_keys=True))
     log = work / f"{cell.name}.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PHANTOM_RUNS": str(root)}
+           "PHANTOM_RUNS": str(root), **batch_kernel_env(work)}
     fh = log.open("w")
     cmd = [sys.executable, "-c", _PAPERMILL, str(nb_in), str(work / f"{cell.name}.ipynb"), str(params), str(Path.cwd())]
     return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env), log, fh
@@ -177,22 +178,34 @@ def launch_order(cells: list[Cell]) -> list[Cell]:
     """``cells`` with the most expensive first (stable), so that a sweep does not end with one core
     working through a long DAPO or reversed-shaping cell while the other has nothing left to do.
 
-    The weights are rough ratios of wall time per cell in the full ``paper`` sweep: DAPO generates up to
-    ``max_gen_batches`` batches per step, a reward that pays for length keeps answers at the cap, GSPO
-    scores each mini-batch twice, and the unsafe arms collapse to short answers early.
+    The weights are seconds per cell in the full ``paper`` sweep of a fresh clone (2 cores, 555d1b0),
+    by what sets a cell's cost: DAPO generates up to ``max_gen_batches`` batches per step; a reward
+    that pays for length keeps answers long; GSPO's four mini-batches score the batch twice; an arm
+    that never collapses (the outcome filter, Dr. GRPO, the format phantom) keeps its ~140-character
+    answers, while the unsafe GRPO arms shrink theirs within a few steps. They scale with the cell's
+    size (steps x prompts x rollouts x response cap) against the default's.
     """
+    default = ArmSpec()
+    size0 = default.steps * default.prompts * default.rollouts * (default.max_new or 160)
+
     def cost(c: Cell) -> float:
         s = c.spec
-        w = s.steps * s.prompts * s.rollouts * (s.max_new or 160)
+        out = s.arm == "outcome"
         if s.sampling == "dapo":
-            w *= 2.5
-        if s.kind == "length_long":
-            w *= 1.6
-        if s.mini_batches > 1 or s.ppo_epochs > 1:
-            w *= 1.2
-        if s.arm == "outcome":
-            w *= 1.4
-        return w
+            sec = 130.0 if out else 45.0
+        elif s.kind == "length_long":
+            sec = 47.0 if out else (52.0 if s.cap < 128 else 100.0)  # a short cap saturates early
+        elif s.estimator == "gspo" or s.mini_batches > 1 or s.ppo_epochs > 1:
+            sec = 60.0 if out else (52.0 if s.clip_low < 0.01 else 28.0)
+        elif s.estimator == "drgrpo":
+            sec = 48.0 if out else 72.0
+        elif s.kind == "format":
+            sec = 47.0 if out else 55.0
+        elif s.lam == 0:
+            sec = 50.0 if out else 47.0
+        else:
+            sec = 48.0 if out else 35.0
+        return sec * s.steps * s.prompts * s.rollouts * (s.max_new or 160) / size0
 
     return sorted(cells, key=cost, reverse=True)
 
