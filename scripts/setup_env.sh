@@ -31,7 +31,7 @@ uv_install() {
     [ -d "$l" ] && links+=(--find-links "$l")
   done
   quiet "$VENV/bin/python" -m pip install -q "uv==$UV_VERSION" || return 1
-  local uv=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python" "${links[@]}" -c constraints.txt)
+  local uv=("$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" "${links[@]}" -c constraints.txt)
   # torch first, from the pinned CPU build, so no other requirement can pull a CUDA wheel.
   "${uv[@]}" "torch==2.13.0" && "${uv[@]}" -e ".[$EXTRAS]"
 }

@@ -42,5 +42,8 @@ def batch_ipython_dir(base: str | os.PathLike[str]) -> Path:
 
 
 def batch_kernel_env(base: str | os.PathLike[str]) -> dict[str, str]:
-    """Environment entries for a batch kernel: ``IPYTHONDIR`` pointing at :func:`batch_ipython_dir`."""
+    """Environment entries for a batch kernel: ``IPYTHONDIR`` pointing at :func:`batch_ipython_dir`
+    (none with ``$PHANTOM_BATCH_KERNELS=0``: the kernels then start as any other, e.g. to time them)."""
+    if os.environ.get("PHANTOM_BATCH_KERNELS", "1") == "0":
+        return {}
     return {"IPYTHONDIR": str(batch_ipython_dir(base))}

@@ -27,10 +27,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from phantom.book.background import start_warmup
+from phantom.book.background import Warmup, start_warmup
 from phantom.book.chapters import (
     PROFILES,
     Chapter,
@@ -123,7 +123,8 @@ class LabMissing(RuntimeError):
     """A chapter needs lab runs but the CPU lab (phantom.lab.sweep) cannot be imported."""
 
 
-def _run_lab_sweeps(needs: Mapping[str, list[str]], profile: str, jobs: int) -> None:
+def _run_lab_sweeps(needs: Mapping[str, list[str]], profile: str, jobs: int,
+                    on_cells_start: Callable[[], None] | None = None) -> None:
     """Produce the lab runs the chapters need; refuse loudly when the lab is not available."""
     if not needs:
         return
@@ -138,7 +139,7 @@ def _run_lab_sweeps(needs: Mapping[str, list[str]], profile: str, jobs: int) -> 
     for name, chapters in needs.items():
         log(f"lab sweep {name!r} (profile {profile}, {jobs} jobs)")
         try:
-            run_sweep(name, profile=profile, jobs=jobs)
+            run_sweep(name, profile=profile, jobs=jobs, on_cells_start=on_cells_start)
         except Exception as exc:  # SweepFailed or anything else: the chapters would show no results
             raise RuntimeError(f"lab sweep {name!r} (profile {profile}) needed by {', '.join(chapters)} "
                                f"failed: {exc}") from exc
@@ -247,11 +248,18 @@ def book_main(argv: Sequence[str] | None = None) -> int:
         t = time.perf_counter()
         from phantom.runs import runs_root
 
-        # the chapters that read no lab runs execute beside the lab, on the CPU time it leaves idle
-        warm = (start_warmup(root, chapters, args.profile, args.jobs, runs_root(), build / "phantom" / "background")
-                if needs and not args.force else None)
+        # the chapters that read no lab runs execute beside the sweep's cells, on the CPU time they
+        # leave idle (not beside the SFT: its two threads wait for each other at every op)
+        warm: Warmup | None = None
+
+        def start_background() -> None:
+            nonlocal warm
+            if warm is None and not args.force:
+                warm = start_warmup(root, chapters, args.profile, args.jobs, runs_root(),
+                                    build / "phantom" / "background")
+
         try:
-            _run_lab_sweeps(needs, args.profile, args.jobs)
+            _run_lab_sweeps(needs, args.profile, args.jobs, on_cells_start=start_background)
         finally:
             if warm is not None:
                 if sys.exc_info()[0] is not None:

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -224,8 +225,12 @@ def _kernel_failed_to_start(log: Path) -> bool:
 
 def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
               runs_root: str | os.PathLike[str] | None = None, jobs: int = 2, progress: bool = True,
-              dry_run: bool = False) -> list[RunDir]:
+              dry_run: bool = False, on_cells_start: Callable[[], None] | None = None) -> list[RunDir]:
     """Run every cell of a sweep (skipping finished ones) and return their run folders, in order.
+
+    ``on_cells_start`` is called once the warm starts exist, just before the first cell is launched
+    (the book build starts its background chapters there: beside the cells' one-thread processes
+    they use idle CPU, beside the SFT's two threads they would slow every step).
 
     Raises :class:`SweepFailed` after all cells were attempted if any did not finish.
     """
@@ -251,6 +256,8 @@ def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
     if dry_run or not todo:
         return runs
     build_warm_starts([c.spec.sft for c in todo], jobs=jobs, progress=progress)
+    if on_cells_start is not None:
+        on_cells_start()
     (root / _NB_DIR).mkdir(parents=True, exist_ok=True)
     nb_in = materialize_notebook(root / _NB_DIR)
     failures: list[str] = []
