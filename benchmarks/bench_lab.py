@@ -27,6 +27,8 @@ import statistics
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# every arm evaluates before its first step, as in the rounds before the run code cached that evaluation
+os.environ.setdefault("PHANTOM_EVAL0_CACHE", "0")
 
 import numpy as np
 import torch

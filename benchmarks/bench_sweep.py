@@ -38,7 +38,7 @@ CONFIGS = {"baseline": {"PHANTOM_BATCH_KERNELS": "0", "PHANTOM_EVAL0_CACHE": "0"
 
 def sweep_file(folder: Path, cells: int, steps: int) -> Path:
     """A sweep of ``cells`` default-model cells (two arms x seeds), ``steps`` steps, one evaluation at the end."""
-    seeds = list(range((cells + 1) // 2))
+    seeds = list(range(cells // 2))
     doc = {"name": "bench", "base": {"steps": steps, "model": "lab", "eval_every": steps},
            "profiles": {"full": {}}, "groups": {"g": {"grid": {"arm": ["none", "outcome"], "seed": seeds}}}}
     p = folder / "bench.yaml"
@@ -71,6 +71,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1, help="repeat baseline/after this many times, alternating")
     args = ap.parse_args()
+    if args.cells < 2 or args.cells % 2:
+        ap.error(f"--cells={args.cells} is invalid; allowed: an even number >= 2 (two arms x seeds)")
     ckpt = Path(ensure_sft_model("lab"))
     rows = []
     with tempfile.TemporaryDirectory(prefix="phantom-bench-sweep-") as tmp:

@@ -195,6 +195,23 @@ def test_cache_key_follows_run_folders_only_when_the_chapter_reads_runs(tmp_path
         (runs / "r1" / "metrics.jsonl").write_text('{"step": 0, "data": {}}\n')
 
 
+def test_cache_key_follows_the_run_folders_a_run_root_parameter_names(tmp_path):
+    """Chapter 5 reads the verl runs under its ``run_root`` parameter (``-p run_root runs`` reads your
+    own): a new run there must re-execute it, while the lab's runs root, which it never reads, must not."""
+    ch = resolve_chapter("05_verl_runs", ROOT)
+    mine, lab = tmp_path / "mine", tmp_path / "lab"
+    for base in (mine, lab):
+        base.mkdir()
+    params = {"run_root": str(mine)}
+    k0 = cache_key(ch, params, root=ROOT, runs=lab)
+    (lab / "r1").mkdir()
+    (lab / "r1" / "manifest.json").write_text(json.dumps({"status": "done"}))
+    assert cache_key(ch, params, root=ROOT, runs=lab) == k0
+    (mine / "r1").mkdir()
+    (mine / "r1" / "manifest.json").write_text(json.dumps({"status": "done"}))
+    assert cache_key(ch, params, root=ROOT, runs=lab) != k0
+
+
 def test_phantom_modules_follow_imports_transitively_but_not_book_plumbing():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("from phantom.advantages import group_advantages\n%time x")])
     names = {p.name for p in phantom_modules(nb)}
@@ -269,7 +286,7 @@ def test_book_build_fails_loudly_when_a_chapter_needs_the_missing_lab(monkeypatc
 def test_book_build_reports_a_failed_sweep(monkeypatch):
     import types
 
-    def run_sweep(name, *, profile, jobs):
+    def run_sweep(name, *, profile, jobs, on_cells_start=None):
         raise RuntimeError("cell 3 failed")
 
     monkeypatch.setitem(sys.modules, "phantom.lab.sweep", types.SimpleNamespace(run_sweep=run_sweep))

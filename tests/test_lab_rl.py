@@ -206,7 +206,7 @@ def test_score_gate_zeroes_only_groups_with_zero_advantage(lab_env, variant):
     """Why the paper sweep runs the shaped-score arm only in its core cells: under advantage-zeroing the
     score gate zeroes groups whose shaped scores tie, whose centred scores (with or without the std
     divisor) are already zero, so its advantages and its update equal the no-filter arm's exactly."""
-    tr, batch = _trainer_batch(lab_env, arm="score", lam=0.3, grad_clip=1e6, **variant)
+    tr, batch = _trainer_batch(lab_env, arm="score", lam=0.3, grad_clip=1e6, rollouts=5, **variant)
     n = tr.spec.rollouts
     batch.score[:n] = batch.score[0]  # one all-fail group whose shaped scores tie
     a_none, _ = tr.advantages(batch, "none")
@@ -220,6 +220,24 @@ def test_score_gate_zeroes_only_groups_with_zero_advantage(lab_env, variant):
     for x, y in zip(tr.params, twin.params):
         torch.testing.assert_close(x, y, rtol=0, atol=0)
     assert any(p.grad is not None and p.grad.abs().max() > 0 for p in tr.params)
+
+
+@pytest.mark.parametrize("norm", ["std", "none"])
+@pytest.mark.parametrize("lam,cap", [(0.1, 512), (0.3, 512), (0.5, 512), (0.3, 64)])
+def test_a_tied_group_of_five_has_exactly_zero_advantage(norm, lam, cap):
+    """The identity above needs more than algebra: float32 must round the mean of a tie back to the
+    tied score, or the no-filter arm gives the tie a spurious advantage of ulp / (ulp + eps) ~ 0.03
+    that the score gate zeroes. At the sweeps' group size 5 and caps it holds for every length."""
+    from phantom.advantages import group_advantages
+    from phantom.rewards import shaped_reward
+
+    lengths = np.arange(0, 2 * cap + 1, dtype=float)
+    ties = shaped_reward("length_short", np.zeros_like(lengths), lengths, lam=lam, cap=cap).astype(np.float32)
+    scores = np.repeat(ties, 5)
+    adv, stats = group_advantages(scores, np.repeat(np.arange(len(ties)), 5), outcomes=np.zeros_like(scores),
+                                  gate="none", norm=norm)
+    assert stats.groups == len(ties)
+    assert not np.any(adv), f"{np.count_nonzero(adv) // 5} tied groups got a nonzero advantage"
 
 
 def test_mask_drop_rescales_token_mean(lab_env):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phantom.book.chapters import Chapter, find_chapters, repo_root
-from phantom.book.execute import ChapterError, chapter_env, environ, execute_chapter, log
+from phantom.book.execute import ChapterError, build_params, chapter_env, environ, execute_chapter, log
 
 __all__ = ["Warmup", "free_chapters", "start_warmup"]
 
@@ -59,12 +59,15 @@ def start_warmup(root: Path, chapters: Sequence[Chapter], profile: str, jobs: in
     stems = [ch.stem for ch in free_chapters(chapters)]
     if not stems:
         return None
-    work.mkdir(parents=True, exist_ok=True)
     log_path = work / "background.log"
     cmd = [sys.executable, "-m", "phantom.book.background", profile, str(jobs), str(runs), str(work), *stems]
-    with log_path.open("w") as fh:
-        proc = subprocess.Popen(cmd, cwd=root, stdout=fh, stderr=subprocess.STDOUT,
-                                preexec_fn=lambda: os.nice(19))  # kernels inherit the priority
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        with log_path.open("w") as fh:
+            proc = subprocess.Popen(cmd, cwd=root, stdout=fh, stderr=subprocess.STDOUT)
+    except OSError as exc:  # the build's own pass executes these chapters as always
+        log(f"could not start the background chapters ({exc}); they run after the lab")
+        return None
     log(f"executing {', '.join(stems)} in the background (nice 19) while the lab runs")
     return Warmup(proc, log_path, stems)
 
@@ -72,14 +75,15 @@ def start_warmup(root: Path, chapters: Sequence[Chapter], profile: str, jobs: in
 def main(argv: Sequence[str]) -> int:
     """``python -m phantom.book.background PROFILE JOBS RUNS WORK STEM...`` (what :func:`start_warmup` runs)."""
     profile, jobs, runs, work, *stems = argv
+    os.nice(19)  # here, not in a preexec_fn (the parent has threads); the kernels inherit it
     root = repo_root()
     by_stem = {ch.stem: ch for ch in find_chapters(root)}
     todo = [by_stem[s] for s in stems]
 
     def run(ch: Chapter) -> str:
         try:
-            res = execute_chapter(ch, Path(work) / f"{ch.stem}.ipynb", {}, root=root, profile=profile,
-                                  runs=Path(runs))
+            res = execute_chapter(ch, Path(work) / f"{ch.stem}.ipynb", build_params(ch, profile), root=root,
+                                  profile=profile, runs=Path(runs))
         except ChapterError as exc:  # the build's own pass executes it again and reports the error
             return f"{ch.stem}: failed in the background ({str(exc).splitlines()[0]})"
         return f"{ch.stem}: {'cached' if res.cached else f'executed in the background in {res.seconds:.1f} s'}"

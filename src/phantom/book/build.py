@@ -44,6 +44,7 @@ from phantom.book.claims import claims_report, failed_claims
 from phantom.book.execute import (
     ChapterError,
     ExecResult,
+    build_params,
     chapter_env,
     copy_if_changed,
     environ,
@@ -260,11 +261,13 @@ def book_main(argv: Sequence[str] | None = None) -> int:
 
         try:
             _run_lab_sweeps(needs, args.profile, args.jobs, on_cells_start=start_background)
-        finally:
+        except BaseException:
             if warm is not None:
-                if sys.exc_info()[0] is not None:
-                    warm.proc.terminate()
+                warm.proc.terminate()
                 warm.wait()
+            raise
+        if warm is not None:
+            warm.wait()
         timings["lab"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -272,8 +275,8 @@ def book_main(argv: Sequence[str] | None = None) -> int:
 
         def run(item: tuple[Chapter, Path]) -> ExecResult:
             ch, target = item
-            params = {"profile": args.profile} if "profile" in ch.parameters() else {}
-            res = execute_chapter(ch, target, params, root=root, profile=args.profile, force=args.force)
+            res = execute_chapter(ch, target, build_params(ch, args.profile), root=root, profile=args.profile,
+                                  force=args.force)
             log(f"{ch.stem}: {'cached' if res.cached else f'executed in {res.seconds:.1f} s'}")
             return res
 

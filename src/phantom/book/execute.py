@@ -28,7 +28,7 @@ from phantom.book.chapters import ENV_BOOK, ENV_PROFILE, ENV_ROOT, ENV_RUNS, Cha
 from phantom.book.claims import read_claims
 from phantom.kernels import batch_kernel_env
 
-__all__ = ["ChapterError", "ExecResult", "cache_key", "phantom_modules", "postprocess", "chapter_env",
+__all__ = ["ChapterError", "ExecResult", "build_params", "cache_key", "phantom_modules", "postprocess", "chapter_env",
            "execute_chapter", "environ", "copy_if_changed", "log"]
 
 _CACHE_VERSION = "phantom-book-1"
@@ -132,8 +132,9 @@ def cache_key(chapter: Chapter, params: Mapping[str, Any], *, root: Path, runs: 
     """Content hash of what determines a chapter's executed notebook.
 
     Covers the chapter source, the parameters, the phantom package's source (chapters compute with
-    it), the inputs the chapter declares, the finished run folders when it reads runs, and the
-    versions of the libraries that shape its outputs.
+    it), the inputs the chapter declares, the finished run folders when it reads runs (the runs root
+    for ``reads_runs``/``lab_sweep``, the folder a ``run_root`` parameter names), and the versions of
+    the libraries that shape its outputs.
     """
     from importlib import metadata
 
@@ -150,13 +151,17 @@ def cache_key(chapter: Chapter, params: Mapping[str, Any], *, root: Path, runs: 
             h.update(f"missing:{pattern}".encode())
         for path in matches:
             _hash_file(h, path, str(path.relative_to(root)))
+    bases: list[tuple[str, Path]] = []
     if meta.get("reads_runs") or meta.get("lab_sweep"):
         from phantom.runs import runs_root
 
-        base = runs or runs_root()
+        bases.append(("run", runs or runs_root()))
+    if "run_root" in chapter.parameters():  # a chapter that reads the run folders under a parameter
+        bases.append(("run_root", (root / str(params.get("run_root", chapter.parameters()["run_root"]))).resolve()))
+    for tag, base in bases:
         for run in _run_folders(base):
-            _hash_file(h, run / "manifest.json", f"run:{run.relative_to(base)}")
-            _hash_file(h, run / "metrics.jsonl", f"metrics:{run.relative_to(base)}")
+            _hash_file(h, run / "manifest.json", f"{tag}:{run.relative_to(base)}")
+            _hash_file(h, run / "metrics.jsonl", f"{tag}-metrics:{run.relative_to(base)}")
     for dist in ("plotly", "pandas", "numpy", "torch", "papermill", "jupytext"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             h.update(f"{dist}={metadata.version(dist)};".encode())
@@ -261,6 +266,11 @@ def copy_if_changed(src: Path, dst: Path) -> bool:
     shutil.copyfile(src, tmp)
     os.replace(tmp, dst)
     return True
+
+
+def build_params(chapter: Chapter, profile: str) -> dict[str, Any]:
+    """The parameters a book build executes ``chapter`` with: the lab profile where it takes one."""
+    return {"profile": profile} if "profile" in chapter.parameters() else {}
 
 
 def chapter_env(root: Path, profile: str, runs: Path) -> dict[str, str]:

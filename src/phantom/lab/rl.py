@@ -205,7 +205,7 @@ class Trainer:
         s = self.spec
         if os.environ.get("PHANTOM_EVAL0_CACHE", "1") == "0":
             return evaluate(self.model, self.tok, self.val, max_new=s.max_new)
-        path = Path(self.checkpoint) / "eval0" / f"{_eval0_key(self.checkpoint, s)}.json"
+        path = self.checkpoint / "eval0" / f"{_eval0_key(self.checkpoint, s)}.json"
         try:
             d = json.loads(path.read_text())
             return EvalResult(texts=d["texts"], correct=np.array(d["correct"], dtype=bool),
@@ -316,8 +316,15 @@ def _eval0_key(checkpoint: Path, spec: ArmSpec) -> str:
     here = Path(__file__).resolve().parent
     for src in _EVAL_SOURCES:
         h.update(src.encode() + (here / src).read_bytes())
+    from importlib import metadata
+
+    with contextlib.suppress(metadata.PackageNotFoundError):
+        h.update(f"tokenizers={metadata.version('tokenizers')}".encode())
+    # the kernels torch dispatches to (AVX2 / AVX-512 ...) decide the last bits: a copied artifacts
+    # folder must not hand one machine's evaluation to another
     h.update(json.dumps({"task": spec.task_config.to_dict(), "eval_n": spec.eval_n, "max_new": spec.max_new,
-                         "torch": torch.__version__, "threads": torch.get_num_threads()}, sort_keys=True).encode())
+                         "torch": torch.__version__, "threads": torch.get_num_threads(),
+                         "cpu": torch.backends.cpu.get_cpu_capability()}, sort_keys=True).encode())
     return h.hexdigest()[:20]
 
 

@@ -187,7 +187,7 @@ def launch_order(cells: list[Cell]) -> list[Cell]:
     size (steps x prompts x rollouts x response cap) against the default's.
     """
     default = ArmSpec()
-    size0 = default.steps * default.prompts * default.rollouts * (default.max_new or 160)
+    size0 = default.steps * default.prompts * default.rollouts * default.max_new
 
     def cost(c: Cell) -> float:
         s = c.spec
@@ -206,7 +206,7 @@ def launch_order(cells: list[Cell]) -> list[Cell]:
             sec = 50.0 if out else 47.0
         else:
             sec = 48.0 if out else 35.0
-        return sec * s.steps * s.prompts * s.rollouts * (s.max_new or 160) / size0
+        return sec * s.steps * s.prompts * s.rollouts * s.max_new / size0
 
     return sorted(cells, key=cost, reverse=True)
 
