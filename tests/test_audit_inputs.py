@@ -82,3 +82,25 @@ def test_no_input_makes_the_audit_raise(tmp_path_factory, text, suffix, prefix):
     p.write_text(prefix + text, encoding="utf-8", errors="surrogatepass")
     rep = audit([str(p)])
     assert rep.exit_code in (0, 1, 2), [str(r.error) for r in rep.inputs]
+
+
+def test_characters_that_crash_the_bash_grammar_are_read_as_written():
+    """tree-sitter-bash 0.25.1 segfaults on a word like ``x{<U+DDA15>m`` (found by the fuzz test above):
+    the reader hands the parser a stand-in of the same byte length and keeps the original text. Run in
+    subprocesses, so that a regression fails this test instead of killing the test run."""
+    import subprocess
+    import sys
+
+    code = (
+        "from phantom.audit.bash import interpret\n"
+        "chars = [chr(c) for c in range(0x20000, 0x110000, 0x101)] + ['\\U000dda15', '\\U0010fffd']\n"
+        "for ch in chars:\n"
+        "    for form in ('x{{{ch}m', 'echo x{{{ch}m\\n', 'python3 -m verl.trainer.main_ppo x{{{ch}m "
+        "data.train_files=a{ch}.parquet\\n'):\n"
+        "        s = interpret(form.format(ch=ch))\n"
+        "    words = [f.text for c in s.commands for f in c.argv]\n"
+        "    assert f'data.train_files=a{ch}.parquet' in words, words\n"
+        "print('ok', len(chars))\n")
+    for _ in range(3):  # the unguarded crash depends on memory layout: ~60% of processes hit it
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and proc.stdout.startswith("ok"), (proc.returncode, proc.stderr[-2000:])

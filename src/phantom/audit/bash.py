@@ -21,6 +21,7 @@ conditional, functions run where they are called. Heredoc bodies are text and ar
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,6 +45,13 @@ def parser_available() -> str | None:
     return None
 
 
+#: Code points from U+20000 up (CJK extension planes and beyond) crash tree-sitter-bash 0.25.1's
+#: scanner in a word after "{" (``x{\U000dda15m`` is a segmentation fault; the audit's fuzz test
+#: found it). The parser sees them as U+10000, a letter of the same UTF-8 length, so every byte
+#: offset, and every text the interpreter slices from the original bytes, stays as written.
+_PARSER_UNSAFE = re.compile("[\U00020000-\U0010ffff]")
+
+
 def parse_tree(text: str) -> Any:
     global _PARSER
     if _PARSER is None:
@@ -51,7 +59,7 @@ def parse_tree(text: str) -> Any:
         from tree_sitter import Language, Parser
 
         _PARSER = Parser(Language(tree_sitter_bash.language()))
-    return _PARSER.parse(text.encode("utf-8"))
+    return _PARSER.parse(_PARSER_UNSAFE.sub("\U00010000", text).encode("utf-8"))
 
 @dataclass
 class Command:
