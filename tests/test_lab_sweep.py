@@ -108,9 +108,9 @@ def test_cell_whose_kernel_never_started_is_relaunched(env, monkeypatch):
     clash = (Path(__file__).parent / "fixtures" / "lab" / "kernel_port_clash.log").read_text()
     real, first = sweep_mod._launch, []
 
-    def launch(cell, sweep_name, nb_in, root):
+    def launch(cell, sweep_name, nb_in, root, env):
         if cell.name in first:
-            return real(cell, sweep_name, nb_in, root)
+            return real(cell, sweep_name, nb_in, root, env)
         first.append(cell.name)
         log = root / sweep_mod._NB_DIR / f"{cell.name}.log"
         log.write_text(clash)
@@ -133,3 +133,35 @@ def test_launch_order_starts_the_expensive_cells_first():
     assert (b.kind, b.arm, b.cap) == ("length_long", "none", 512)
     last = order[-1].spec
     assert last.arm != "outcome" and last.sampling == "gate" and last.kind != "length_long"
+
+
+def test_cells_forked_from_the_zygote_log_exactly_what_plain_kernels_log(env, monkeypatch):
+    """The sweep's kernels are forked from a zygote with torch and the lab imported (phantom.zygote);
+    the run folders hold the same metrics, step for step, as with ordinary kernels."""
+    import contextlib
+
+    path, runs = env
+    real = sweep_mod.kernel_zygote
+
+    @contextlib.contextmanager
+    def ready_zygote(*a, **k):  # wait until it serves, so that every cell goes through it
+        with real(*a, **k) as z:
+            assert z.env(wait=180)
+            yield z
+
+    monkeypatch.setattr(sweep_mod, "kernel_zygote", ready_zygote)
+    forked = run_sweep(path, profile="quick", runs_root=runs / "forked", jobs=2, progress=False)
+    log = (runs / "forked" / sweep_mod._NB_DIR / "zygote.log").read_text()
+    # each cell's papermill process and its kernel
+    assert log.count("[phantom.zygote] process ") == log.count("[phantom.zygote] kernel ") == len(forked) == 4
+    monkeypatch.setattr(sweep_mod, "kernel_zygote", real)
+    monkeypatch.setenv("PHANTOM_ZYGOTE", "0")
+    plain = run_sweep(path, profile="quick", runs_root=runs / "plain", jobs=2, progress=False)
+
+    def logged(run: RunDir) -> list[dict]:
+        rows = [json.loads(line) for line in run.metrics_path.read_text().splitlines()]
+        return [{k: v for k, v in r["data"].items() if not k.startswith("timing_s/")} for r in rows]
+
+    assert [r.path.name for r in forked] == [r.path.name for r in plain]
+    for a, b in zip(forked, plain):
+        assert logged(a) == logged(b), a.path.name

@@ -1,0 +1,157 @@
+"""Kernels forked from a zygote (phantom.zygote): papermill's real kernels, started warm.
+
+Each test runs real papermill / jupyter_client executions against a real zygote process and
+compares with an ordinary kernel: same interpreter state a notebook can see (sys.path, argv,
+environment, working directory), fresh global random state, signals relayed, nothing left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+from phantom.book.execute import environ
+from phantom.zygote import SOCKET_ENV, kernel_spec_dir, kernel_zygote
+
+pytestmark = pytest.mark.slow
+
+PROBE = """\
+import json, os, random, sys
+print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "path": sys.path,
+                  "argv0": os.path.basename(sys.argv[0]), "probe": os.environ.get("PROBE"),
+                  "random": random.random()}))
+"""
+
+
+def _notebook(tmp_path: Path) -> Path:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBE)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    src = tmp_path / "probe.ipynb"
+    nbformat.write(nb, src)
+    return src
+
+
+def _probe(src: Path, env: dict[str, str], cwd: Path) -> tuple[dict, dict]:
+    out = src.with_name("out.ipynb")
+    with environ(env):
+        papermill.execute_notebook(str(src), str(out), kernel_name="python3", progress_bar=False, cwd=str(cwd),
+                                   shutdown_kernel="immediate")
+    nb = nbformat.read(out, as_version=4)
+    return json.loads(nb.cells[0].outputs[0]["text"]), dict(nb.metadata["kernelspec"])
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_kernels_are_forked_from_the_zygote_and_see_what_a_plain_kernel_sees(tmp_path):
+    src = _notebook(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    plain, plain_spec = _probe(src, {"PROBE": "plain"}, work)
+    with kernel_zygote(tmp_path / "z", preload=("json",)) as z:
+        zenv = z.env(wait=120)
+        assert set(zenv) == {"JUPYTER_PATH", SOCKET_ENV}
+        a, a_spec = _probe(src, {**zenv, "PROBE": "a"}, work)
+        b, _ = _probe(src, {**zenv, "PROBE": "b"}, work)
+        zygote_pid = z.proc.pid
+        assert z.proc.poll() is None
+    assert a["ppid"] == b["ppid"] == zygote_pid != plain["ppid"]  # forked, not started
+    assert (a["probe"], b["probe"]) == ("a", "b")  # the client's environment, per kernel
+    assert a["cwd"] == b["cwd"] == plain["cwd"] == str(work)
+    assert a["path"] == plain["path"] and a["argv0"] == plain["argv0"] == "ipykernel_launcher.py"
+    assert a["random"] != b["random"]  # re-seeded like a fresh interpreter, not the zygote's copy
+    assert a_spec == plain_spec  # the executed notebook names the ordinary python3 kernel
+    assert _gone(a["pid"]) and _gone(b["pid"])  # papermill's immediate shutdown reaches the forked kernel
+    log = (tmp_path / "z" / "zygote.log").read_text()
+    assert f"kernel {a['pid']} " in log and f"kernel {b['pid']} " in log
+    assert _gone(zygote_pid)
+
+
+def test_without_a_zygote_the_client_starts_an_ordinary_kernel(tmp_path):
+    """A stale socket path (the zygote is gone) or the off switch: the same kernel command still works."""
+    src = _notebook(tmp_path)
+    spec_env = {"JUPYTER_PATH": str(kernel_spec_dir(tmp_path / "z"))}
+    stale, _ = _probe(src, {**spec_env, SOCKET_ENV: str(tmp_path / "no-such-socket")}, tmp_path)
+    with kernel_zygote(tmp_path / "z2") as z:
+        zenv = z.env(wait=120)
+        off, _ = _probe(src, {**zenv, "PHANTOM_ZYGOTE": "0"}, tmp_path)
+        assert off["ppid"] != z.proc.pid
+    assert stale["probe"] is None and stale["argv0"] == "ipykernel_launcher.py"
+
+
+def test_off_switch_and_a_batch_of_one_run_no_zygote(tmp_path, monkeypatch):
+    with kernel_zygote(tmp_path, enabled=False) as z:
+        assert z.env(wait=1) == {} and not hasattr(z, "proc")
+    monkeypatch.setenv("PHANTOM_ZYGOTE", "0")
+    with kernel_zygote(tmp_path) as z:
+        assert z.env(wait=1) == {}
+
+
+def test_a_zygote_with_threads_refuses_to_fork(tmp_path, capsys):
+    """Forking a multi-threaded process can copy a held lock: such a zygote does not serve."""
+    (tmp_path / "threaded_mod.py").write_text("import threading, time\n"
+                                              "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    with kernel_zygote(tmp_path / "z", preload=("threaded_mod",), env=env) as z:
+        assert z.env(wait=120) == {} and z.state == "failed"
+    assert "forking would be unsafe" in (tmp_path / "z" / "zygote.log").read_text()
+    assert "did not start" in capsys.readouterr().err
+
+
+def test_interrupt_reaches_the_forked_kernel(tmp_path):
+    """jupyter_client interrupts by signalling the process it started (the client): it is relayed."""
+    with kernel_zygote(tmp_path / "z", preload=("json",)) as z:
+        with environ(z.env(wait=120)):
+            km, kc = start_new_kernel(kernel_name="python3")
+        try:
+            kc.execute("import os; print(os.getppid())")
+            ppid = None
+            while ppid is None:
+                msg = kc.get_iopub_msg(timeout=30)
+                if msg["msg_type"] == "stream":
+                    ppid = int(msg["content"]["text"].strip())
+            assert ppid == z.proc.pid
+            msg_id = kc.execute("import time\nwhile True: time.sleep(0.01)")
+            time.sleep(1.0)
+            km.interrupt_kernel()
+            reply = kc.get_shell_msg(timeout=30)
+            while reply["parent_header"].get("msg_id") != msg_id:
+                reply = kc.get_shell_msg(timeout=30)
+            assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
+
+
+def test_code_runs_forked_with_its_arguments_output_and_exit_status(tmp_path):
+    """``code_command`` is ``python -c CODE ARGS`` (the sweep's papermill process), forked when a zygote serves."""
+    import subprocess
+
+    from phantom.zygote import code_command
+
+    code = "import os, sys; print(os.getppid(), sys.argv[1:], os.getcwd()); sys.exit(int(sys.argv[1]))"
+    with kernel_zygote(tmp_path / "z", preload=("json",)) as z:
+        zenv = z.env(wait=120)
+        forked = subprocess.run(code_command(code, "3", "x y"), env={**os.environ, **zenv}, cwd=tmp_path,
+                                capture_output=True, text=True, timeout=60)
+        zygote_pid = z.proc.pid
+    plain = subprocess.run(code_command(code, "3", "x y"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    for r in (forked, plain):
+        assert r.returncode == 3, r.stderr
+        assert r.stdout.split(" ", 1)[1].strip() == f"['3', 'x y'] {tmp_path}"
+    assert int(forked.stdout.split()[0]) == zygote_pid != int(plain.stdout.split()[0])
