@@ -3,11 +3,14 @@
 A sweep cell is a papermill execution of ``notebooks/lab_arm.py`` in a fresh kernel: the launcher
 process, the kernel's start, its imports (torch, phantom, plotly), the step-0 evaluation and the
 run's figure all come on top of the training steps. This runs one small sweep (``--cells`` cells of
-``--steps`` RL steps on the lab model, ``--jobs`` at a time) twice in the same process tree:
+``--steps`` RL steps on the lab model, ``--jobs`` at a time) once per configuration, in the same
+process tree:
 
-* ``baseline``: batch kernels off (``PHANTOM_BATCH_KERNELS=0``) and the step-0 evaluation cache off
-  (``PHANTOM_EVAL0_CACHE=0``), i.e. every cell starts as before those two changes;
-* ``after``: both on (the defaults).
+* ``baseline``: batch kernels off (``PHANTOM_BATCH_KERNELS=0``), the step-0 evaluation cache off
+  (``PHANTOM_EVAL0_CACHE=0``) and the kernel zygote off (``PHANTOM_ZYGOTE=0``), i.e. every cell starts
+  as before those three changes;
+* ``no-zygote``: the first two on, the zygote off (round 4's ``after``);
+* ``after``: all three on (the defaults).
 
 and reports per configuration the sweep's wall time, the cells' own time (``manifest.json``:
 created -> finished), and the overhead per cell: ``(wall x jobs - cells' time) / cells``, the
@@ -32,8 +35,9 @@ import yaml
 from phantom.lab.sft import ensure_sft_model
 from phantom.lab.sweep import run_sweep
 
-CONFIGS = {"baseline": {"PHANTOM_BATCH_KERNELS": "0", "PHANTOM_EVAL0_CACHE": "0"},
-           "after": {"PHANTOM_BATCH_KERNELS": "1", "PHANTOM_EVAL0_CACHE": "1"}}
+CONFIGS = {"baseline": {"PHANTOM_BATCH_KERNELS": "0", "PHANTOM_EVAL0_CACHE": "0", "PHANTOM_ZYGOTE": "0"},
+           "no-zygote": {"PHANTOM_BATCH_KERNELS": "1", "PHANTOM_EVAL0_CACHE": "1", "PHANTOM_ZYGOTE": "0"},
+           "after": {"PHANTOM_BATCH_KERNELS": "1", "PHANTOM_EVAL0_CACHE": "1", "PHANTOM_ZYGOTE": "1"}}
 
 
 def sweep_file(folder: Path, cells: int, steps: int) -> Path:
@@ -69,7 +73,7 @@ def main() -> None:
     ap.add_argument("--cells", type=int, default=8)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=1, help="repeat baseline/after this many times, alternating")
+    ap.add_argument("--rounds", type=int, default=1, help="repeat the configurations this many times, alternating their order")
     args = ap.parse_args()
     if args.cells < 2 or args.cells % 2:
         ap.error(f"--cells={args.cells} is invalid; allowed: an even number >= 2 (two arms x seeds)")
@@ -78,7 +82,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="phantom-bench-sweep-") as tmp:
         sweep = sweep_file(Path(tmp), args.cells, args.steps)
         for rnd in range(args.rounds):
-            order = ["baseline", "after"] if rnd % 2 == 0 else ["after", "baseline"]
+            order = list(CONFIGS) if rnd % 2 == 0 else list(reversed(CONFIGS))
             for config in order:
                 r = one(config, sweep, Path(tmp) / f"runs-{config}-{rnd}", args.jobs, ckpt)
                 rows.append((config, r))
@@ -93,10 +97,12 @@ def main() -> None:
         vals = [r[key] for c, r in rows if c == config]
         return sum(vals) / len(vals)
 
-    print(f"\nsweep wall, after / baseline: {mean('after', 'wall'):.1f} / {mean('baseline', 'wall'):.1f} s "
-          f"(ratio {mean('after', 'wall') / mean('baseline', 'wall'):.2f}); overhead per cell outside the run "
-          f"folder's own time: {mean('after', 'overhead'):.2f} / {mean('baseline', 'overhead'):.2f} s "
-          "(the step-0 evaluation is inside the run's own time)")
+    base = mean("baseline", "wall")
+    print("\nmean over rounds (ratio: sweep wall / baseline's)")
+    for config in CONFIGS:
+        print(f"{config:<10} wall {mean(config, 'wall'):6.1f} s  ratio {mean(config, 'wall') / base:.2f}  "
+              f"overhead {mean(config, 'overhead'):.2f} s/cell")
+    print("(overhead: CPU-seconds per cell outside the run folder's own time; the step-0 evaluation is inside it)")
 
 
 if __name__ == "__main__":

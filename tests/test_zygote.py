@@ -48,11 +48,15 @@ def _probe(src: Path, env: dict[str, str], cwd: Path) -> tuple[dict, dict]:
 
 
 def _gone(pid: int, timeout: float = 10.0) -> bool:
+    """The process has exited (a zombie nobody has reaped yet counts: it runs nothing)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (ProcessLookupError, FileNotFoundError):
+            return True
+        if state in ("Z", "X"):
             return True
         time.sleep(0.05)
     return False
@@ -155,3 +159,20 @@ def test_code_runs_forked_with_its_arguments_output_and_exit_status(tmp_path):
         assert r.returncode == 3, r.stderr
         assert r.stdout.split(" ", 1)[1].strip() == f"['3', 'x y'] {tmp_path}"
     assert int(forked.stdout.split()[0]) == zygote_pid != int(plain.stdout.split()[0])
+
+
+def test_a_zygote_whose_parent_dies_exits(tmp_path):
+    """A sweep killed with SIGKILL cannot stop its zygote: the zygote notices and exits by itself."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys, time; from phantom.zygote import kernel_zygote\n"
+            "with kernel_zygote(sys.argv[1], preload=('json',)) as z:\n"
+            "    assert z.env(wait=120)\n    print(z.proc.pid, flush=True)\n    time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    zygote_pid = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    parent.stdout.close()
+    assert _gone(zygote_pid, timeout=15)

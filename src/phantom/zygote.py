@@ -178,8 +178,9 @@ def _serve(sock_path: str, preload: Sequence[str]) -> int:
     sel.register(wake_r, selectors.EVENT_READ)
     kernels: dict[int, socket.socket] = {}  # pid -> its client's connection
     path0 = sys.path[0] if sys.path else ""  # `python -m` puts the start directory first
+    parent = os.getppid()
     print("ready", flush=True)
-    while not stop:
+    while not stop and os.getppid() == parent:  # a killed sweep must not leave its zygote waiting forever
         for key, _ in sel.select(timeout=1.0):
             if key.fileobj is srv:
                 conn, _ = srv.accept()
