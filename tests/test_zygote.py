@@ -24,9 +24,11 @@ pytestmark = pytest.mark.slow
 
 PROBE = """\
 import json, os, random, sys
+import numpy
 print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "path": sys.path,
                   "argv0": os.path.basename(sys.argv[0]), "probe": os.environ.get("PROBE"),
-                  "random": random.random()}))
+                  "random": random.random(), "np_random": numpy.random.random(),
+                  "session_leader": os.getsid(0) == os.getpid()}))
 """
 
 
@@ -67,23 +69,25 @@ def test_kernels_are_forked_from_the_zygote_and_see_what_a_plain_kernel_sees(tmp
     work = tmp_path / "work"
     work.mkdir()
     plain, plain_spec = _probe(src, {"PROBE": "plain"}, work)
-    with kernel_zygote(tmp_path / "z", preload=("json",)) as z:
+    with kernel_zygote(tmp_path / "z", preload=("json", "numpy"), env={"OMP_NUM_THREADS": "1"}) as z:  # else BLAS threads
         zenv = z.env(wait=120)
         assert set(zenv) == {"JUPYTER_PATH", SOCKET_ENV}
         a, a_spec = _probe(src, {**zenv, "PROBE": "a"}, work)
         b, _ = _probe(src, {**zenv, "PROBE": "b"}, work)
-        zygote_pid = z.proc.pid
+        # papermill's immediate shutdown (SIGKILL to the client's group) reaches the forked kernels
+        assert _gone(a["pid"]) and _gone(b["pid"])
         assert z.proc.poll() is None
+        zygote_pid = z.proc.pid
     assert a["ppid"] == b["ppid"] == zygote_pid != plain["ppid"]  # forked, not started
     assert (a["probe"], b["probe"]) == ("a", "b")  # the client's environment, per kernel
     assert a["cwd"] == b["cwd"] == plain["cwd"] == str(work)
     assert a["path"] == plain["path"] and a["argv0"] == plain["argv0"] == "ipykernel_launcher.py"
-    assert a["random"] != b["random"]  # re-seeded like a fresh interpreter, not the zygote's copy
+    # fresh global random state in each, as in a fresh interpreter, not the zygote's copy
+    assert a["random"] != b["random"] and a["np_random"] != b["np_random"]
+    assert a["session_leader"] and plain["session_leader"]  # its own process group, as an ordinary kernel
     assert a_spec == plain_spec  # the executed notebook names the ordinary python3 kernel
-    assert _gone(a["pid"]) and _gone(b["pid"])  # papermill's immediate shutdown reaches the forked kernel
     log = (tmp_path / "z" / "zygote.log").read_text()
     assert f"kernel {a['pid']} " in log and f"kernel {b['pid']} " in log
-    assert _gone(zygote_pid)
 
 
 def test_without_a_zygote_the_client_starts_an_ordinary_kernel(tmp_path):
@@ -130,8 +134,11 @@ def test_interrupt_reaches_the_forked_kernel(tmp_path):
                 if msg["msg_type"] == "stream":
                     ppid = int(msg["content"]["text"].strip())
             assert ppid == z.proc.pid
-            msg_id = kc.execute("import time\nwhile True: time.sleep(0.01)")
-            time.sleep(1.0)
+            msg_id = kc.execute("import time\nprint('looping', flush=True)\nwhile True: time.sleep(0.01)")
+            while True:  # interrupt only once the loop runs (an idle kernel ignores SIGINT)
+                msg = kc.get_iopub_msg(timeout=30)
+                if msg["msg_type"] == "stream" and "looping" in msg["content"]["text"]:
+                    break
             km.interrupt_kernel()
             reply = kc.get_shell_msg(timeout=30)
             while reply["parent_header"].get("msg_id") != msg_id:
@@ -148,7 +155,8 @@ def test_code_runs_forked_with_its_arguments_output_and_exit_status(tmp_path):
 
     from phantom.zygote import code_command
 
-    code = "import os, sys; print(os.getppid(), sys.argv[1:], os.getcwd()); sys.exit(int(sys.argv[1]))"
+    code = ("import os, sys; print(os.getppid(), sys.argv[1:], os.getcwd(), repr(sys.path[0]), __name__); "
+            "sys.exit(int(sys.argv[1]))")
     with kernel_zygote(tmp_path / "z", preload=("json",)) as z:
         zenv = z.env(wait=120)
         forked = subprocess.run(code_command(code, "3", "x y"), env={**os.environ, **zenv}, cwd=tmp_path,
@@ -157,7 +165,7 @@ def test_code_runs_forked_with_its_arguments_output_and_exit_status(tmp_path):
     plain = subprocess.run(code_command(code, "3", "x y"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
     for r in (forked, plain):
         assert r.returncode == 3, r.stderr
-        assert r.stdout.split(" ", 1)[1].strip() == f"['3', 'x y'] {tmp_path}"
+        assert r.stdout.split(" ", 1)[1].strip() == f"['3', 'x y'] {tmp_path} '' __main__"
     assert int(forked.stdout.split()[0]) == zygote_pid != int(plain.stdout.split()[0])
 
 
@@ -176,3 +184,34 @@ def test_a_zygote_whose_parent_dies_exits(tmp_path):
     parent.wait()
     parent.stdout.close()
     assert _gone(zygote_pid, timeout=15)
+
+
+def test_a_forked_kernel_dies_with_the_process_that_started_it(tmp_path):
+    """papermill killed outright (OOM, SIGKILL): its kernel's client notices and takes the kernel along,
+    while the zygote keeps serving."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("from jupyter_client.manager import start_new_kernel\n"
+            "import time\nkm, kc = start_new_kernel(kernel_name='python3')\n"
+            "kc.execute('import os; print(os.getpid())')\n"
+            "while True:\n    m = kc.get_iopub_msg(timeout=60)\n"
+            "    if m['msg_type'] == 'stream':\n        print(m['content']['text'].strip(), flush=True); break\n"
+            "time.sleep(600)\n")
+    with kernel_zygote(tmp_path / "z", preload=("json",)) as z:
+        zenv = z.env(wait=120)
+        launcher = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                    env={**os.environ, **zenv})
+        lines = [launcher.stdout.readline()]
+        while not lines[-1].strip().isdigit():
+            assert lines[-1], "".join(lines)
+            lines.append(launcher.stdout.readline())
+        assert not any("NOTE" in line for line in lines), lines  # ipykernel knows its parent, as usual
+        kernel_pid = int(lines[-1])
+        assert f"kernel {kernel_pid} " in (tmp_path / "z" / "zygote.log").read_text()
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        launcher.stdout.close()
+        assert _gone(kernel_pid, timeout=15)
+        assert z.proc.poll() is None

@@ -3,8 +3,8 @@
 Each cell of a lab sweep is a papermill execution of ``notebooks/lab_arm.py`` in a fresh Jupyter
 kernel. On the 2-core build machine a fresh kernel spends ~3 CPU-seconds before the arm's first
 step: importing torch (1.5 s), ``torch._dynamo`` (1.5 s: every torch optimizer imports it, in
-``add_param_group`` and again in ``step``), ipykernel, pandas and plotly. A 36-cell sweep pays that
-36 times, about a minute of wall time.
+``add_param_group`` and again in ``step``), IPython, pandas and plotly; papermill's own process
+adds its imports. A 36-cell sweep pays that 36 times.
 
 A *zygote* is one process that imports all of that once and then waits on a Unix socket. Kernels
 started through it are forked from it, so each is still a fresh process with a fresh ipykernel
@@ -15,15 +15,22 @@ started through it are forked from it, so each is still a fresh process with a f
   command is this module's ``client``, and ``PHANTOM_ZYGOTE_SOCKET`` the socket.
 * The client is what jupyter_client starts and watches as "the kernel". It hands the zygote its
   arguments, environment, working directory, stdio and one end of a pipe, relays the signals it gets
-  (interrupt, terminate) to the forked kernel, and exits with the kernel's exit status. If it is
-  killed (papermill's immediate shutdown), the pipe closes and the forked kernel exits at once.
+  (interrupt, terminate) to the forked kernel's process group, and exits with the kernel's exit
+  status. The forked kernel leads its own session, as an ordinary kernel does. When the client is
+  killed (papermill's immediate shutdown) the zygote sees its connection close and kills the kernel's
+  process group; the pipe closing makes the kernel exit too, should the zygote be gone. When the
+  client's own parent (papermill) dies, the client kills the kernel and exits.
 * Without a zygote (none running, ``$PHANTOM_ZYGOTE=0``, or a zygote that cannot start) the client
   replaces itself with ``python -m ipykernel_launcher``: the ordinary kernel, the same results.
 
 Forking is only safe from a single-threaded process, so the zygote checks that it has one thread
-after its imports (torch with ``OMP_NUM_THREADS=1`` starts none) and refuses to serve otherwise. A
-forked kernel re-seeds Python's and numpy's global generators, as a fresh process would; the lab
-seeds everything it draws from, so trajectories are bit-identical either way (a test pins it).
+after its imports and before each fork (torch with ``OMP_NUM_THREADS=1`` starts none) and refuses to
+serve otherwise. A forked kernel gets fresh global random state (CPython re-seeds ``random`` after a
+fork; numpy's legacy generator is re-seeded here), the client's environment, working directory,
+``sys.argv`` and ``sys.path`` as ``ipykernel_launcher`` would set them. What an interpreter reads once
+at start (``PYTHONHASHSEED``, ``PYTHONPATH``, the thread counts torch read at import) is the zygote's,
+so a batch's zygote must be started with the batch's environment (``env``). The lab seeds everything
+it draws from, so its trajectories are bit-identical with and without a zygote (a test pins it).
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from phantom.zygote_serve import REQUEST_TIMEOUT_S, kill_group
 
 __all__ = ["SOCKET_ENV", "SWITCH_ENV", "Zygote", "kernel_zygote", "kernel_spec_dir", "code_command"]
 
@@ -80,12 +89,19 @@ class Zygote:
         # pyarrow (imported by pandas) links jemalloc, whose default starts a background purging thread;
         # without it the zygote stays single-threaded and memory is purged inline
         zenv = {"JE_ARROW_MALLOC_CONF": "background_thread:false", **os.environ, **(env or {})}
-        self.proc = subprocess.Popen([sys.executable, "-m", "phantom.zygote", "serve", str(self.socket), *preload],
-                                     stdout=subprocess.PIPE, stderr=self._log, env=zenv, start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "phantom.zygote_serve", str(self.socket), *preload],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log, env=zenv, start_new_session=True)
+        except BaseException:
+            self._log.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
         self.state = "starting"  # -> "ready" | "failed"
 
     def env(self, wait: float = 0.0) -> dict[str, str]:
-        """The environment entries for kernel launchers ({} while starting or after a failure)."""
+        """The environment entries for kernel launchers ({} while starting, after a failure, or once
+        the zygote has died)."""
         if self.state == "starting":
             sel = selectors.DefaultSelector()
             sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -97,13 +113,16 @@ class Zygote:
                               "kernels start as usual", file=sys.stderr)
             finally:
                 sel.close()
+        if self.state == "ready" and self.proc.poll() is not None:
+            self.state = "failed"
         if self.state != "ready":
             return {}
         paths = [str(kernel_spec_dir(self.base)), *filter(None, [os.environ.get("JUPYTER_PATH")])]
         return {"JUPYTER_PATH": os.pathsep.join(paths), SOCKET_ENV: str(self.socket)}
 
     def close(self) -> None:
-        """Stop the zygote (kernels it forked are not touched) and remove its socket."""
+        """Stop the zygote and remove its socket. Processes it forked that are still running are killed
+        by their clients, which see the zygote's end of the connection close."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -132,183 +151,20 @@ def kernel_zygote(base: str | os.PathLike[str], *, preload: Sequence[str] = (),
     not start (kernels then start as usual). Its own output goes to ``<base>/zygote.log``. With
     ``enabled=False`` (e.g. a batch of one kernel, where it cannot pay for its own start) none runs.
     """
-    if not enabled or os.environ.get(SWITCH_ENV, "1") == "0" or not hasattr(os, "fork") or not hasattr(socket, "send_fds"):
+    if (not enabled or os.environ.get(SWITCH_ENV, "1") == "0" or not hasattr(os, "fork")
+            or not hasattr(socket, "send_fds")):
         yield _Off()
         return
-    z = Zygote(base, preload, env)
+    try:
+        z = Zygote(base, preload, env)
+    except OSError as e:
+        print(f"[phantom] kernel zygote did not start ({e}); kernels start as usual", file=sys.stderr)
+        yield _Off()
+        return
     try:
         yield z
     finally:
         z.close()
-
-
-# -------------------------------------------------------------------------------------------
-# the zygote
-# -------------------------------------------------------------------------------------------
-def _threads() -> int:
-    with contextlib.suppress(OSError):
-        return len(os.listdir("/proc/self/task"))
-    import threading
-
-    return threading.active_count()
-
-
-def _serve(sock_path: str, preload: Sequence[str]) -> int:
-    import importlib
-
-    # as phantom.kernels' start-up file does in every batch kernel (plotly -> nbformat -> jsonschema)
-    sys.modules.setdefault("rfc3987_syntax", None)
-    for name in (*preload, "ipykernel.kernelapp"):
-        importlib.import_module(name)
-    if _threads() > 1:
-        print(f"[phantom.zygote] {_threads()} threads after importing {list(preload)}: forking would be "
-              "unsafe, not serving", file=sys.stderr)
-        return 2
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(sock_path)
-    srv.listen(64)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    stop: list[bool] = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
-    sel = selectors.DefaultSelector()
-    sel.register(srv, selectors.EVENT_READ)
-    sel.register(wake_r, selectors.EVENT_READ)
-    kernels: dict[int, socket.socket] = {}  # pid -> its client's connection
-    path0 = sys.path[0] if sys.path else ""  # `python -m` puts the start directory first
-    parent = os.getppid()
-    print("ready", flush=True)
-    while not stop and os.getppid() == parent:  # a killed sweep must not leave its zygote waiting forever
-        for key, _ in sel.select(timeout=1.0):
-            if key.fileobj is srv:
-                conn, _ = srv.accept()
-                try:
-                    pid = _fork_kernel(conn, path0, sockets=[srv, conn, *kernels.values()], fds=[wake_r, wake_w])
-                except Exception as e:  # a bad request: that client falls back to an ordinary kernel
-                    with contextlib.suppress(OSError):
-                        conn.sendall(f"error {type(e).__name__}: {e}\n".encode())
-                    conn.close()
-                    continue
-                kernels[pid] = conn
-            else:
-                os.read(wake_r, 4096)
-        while kernels:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            conn = kernels.pop(pid, None)
-            if conn is not None:
-                with contextlib.suppress(OSError):
-                    conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
-                conn.close()
-    srv.close()
-    return 0
-
-
-def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
-    data, fds, _, _ = socket.recv_fds(conn, 65536, 8)
-    try:
-        if len(fds) != 4:
-            raise ValueError(f"expected 4 file descriptors (stdin, stdout, stderr, lifeline), got {len(fds)}")
-        while len(data) < 4 or len(data) < 4 + struct.unpack("!I", data[:4])[0]:
-            more = conn.recv(65536)
-            if not more:
-                raise ValueError("request ended early")
-            data += more
-        return json.loads(data[4:4 + struct.unpack("!I", data[:4])[0]]), fds
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
-
-
-def _fork_kernel(conn: socket.socket, path0: str, *, sockets: list[socket.socket], fds: list[int]) -> int:
-    """Fork one kernel for the request on ``conn``; in the zygote, return its pid (``sockets`` and
-    ``fds`` are the zygote's own, closed in the kernel)."""
-    req, passed = _recv_request(conn)
-    argv, env, cwd, mode = list(req["argv"]), dict(req["env"]), str(req["cwd"]), req.get("mode", "kernel")
-    if mode not in ("kernel", "code"):
-        raise ValueError(f"mode={mode!r} is invalid; allowed: kernel, code")
-    pid = os.fork()
-    if pid:
-        for fd in passed:
-            os.close(fd)
-        conn.sendall(f"pid {pid}\n".encode())
-        what = "kernel" if mode == "kernel" else "process"
-        print(f"[phantom.zygote] {what} {pid} for client {req.get('client')}", file=sys.stderr, flush=True)
-        return pid
-    code = 1
-    try:  # the kernel: never returns into the zygote's loop
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_DFL)
-        for s in sockets:  # detach first: the objects stay referenced by the zygote's frames
-            with contextlib.suppress(OSError):
-                os.close(s.detach())
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        for i, fd in enumerate(passed[:3]):
-            os.dup2(fd, i)
-            os.close(fd)
-        _watch_lifeline(passed[3])
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(cwd)
-        if sys.path and sys.path[0] == path0:  # as ipykernel_launcher does (IPython adds '' back)
-            del sys.path[0]
-        _reseed()
-        if mode == "code":  # `python -c CODE ARGS...`: argv = [CODE, *ARGS]
-            sys.argv = ["-c", *argv[1:]]
-            exec(compile(argv[0], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-        else:
-            import importlib.util
-
-            from ipykernel import kernelapp
-
-            spec = importlib.util.find_spec("ipykernel_launcher")
-            sys.argv = [spec.origin if spec and spec.origin else "ipykernel_launcher", *argv]
-            kernelapp.launch_new_instance(argv=argv)
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
-
-
-def _watch_lifeline(fd: int) -> None:
-    """Exit as soon as the client is gone (its end of the pipe closes): it was killed or it exited."""
-    import threading
-
-    def watch() -> None:
-        with contextlib.suppress(OSError):
-            while os.read(fd, 1):
-                pass
-        os._exit(1)
-
-    threading.Thread(target=watch, name="phantom-zygote-lifeline", daemon=True).start()
-
-
-def _reseed() -> None:
-    """Fresh global random state, as a newly started interpreter would have (a fork copies the zygote's)."""
-    import random
-
-    random.seed()
-    np = sys.modules.get("numpy")
-    if np is not None:
-        np.random.seed()
 
 
 # -------------------------------------------------------------------------------------------
@@ -324,7 +180,12 @@ def _client(args: list[str], mode: str = "kernel") -> int:
     path = os.environ.get(SOCKET_ENV)
     if path and os.environ.get(SWITCH_ENV, "1") != "0":
         with contextlib.suppress(_Unavailable):
-            return _client_via(path, args, mode)
+            code = _client_via(path, args, mode)
+            if code < 0:  # killed by a signal: end the same way, as the process itself would have
+                with contextlib.suppress(OSError, ValueError):
+                    signal.signal(-code, signal.SIG_DFL)
+                os.kill(os.getpid(), -code)
+            return code % 256
     head = ["-m", "ipykernel_launcher"] if mode == "kernel" else ["-c"]
     os.execv(sys.executable, [sys.executable, *head, *args])
     return 1  # not reached
@@ -336,10 +197,20 @@ def code_command(code: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "phantom.zygote", "run", "-c", code, *args]
 
 
-def _readline(s: socket.socket) -> bytes:
+def _readline(s: socket.socket, *, pid: int | None = None, parent: int | None = None) -> bytes:
+    """One line from the zygote. With ``pid``, waits without end but watches this process's parent:
+    if it is gone (papermill died), kills ``pid``'s process group and returns ``b""``."""
     buf = b""
     while not buf.endswith(b"\n"):
-        chunk = s.recv(1)
+        try:
+            chunk = s.recv(1)
+        except TimeoutError:
+            if pid is not None and os.getppid() != parent:
+                kill_group(pid)
+                return b""
+            if pid is None:
+                raise
+            continue
         if not chunk:
             break
         buf += chunk
@@ -347,7 +218,9 @@ def _readline(s: socket.socket) -> bytes:
 
 
 def _client_via(path: str, args: list[str], mode: str) -> int:
+    parent = os.getppid()
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(REQUEST_TIMEOUT_S)
     try:
         s.connect(path)
     except OSError as e:
@@ -356,9 +229,12 @@ def _client_via(path: str, args: list[str], mode: str) -> int:
     payload = json.dumps({"argv": args, "env": dict(os.environ), "cwd": os.getcwd(), "client": os.getpid(),
                           "mode": mode}).encode()
     try:
-        socket.send_fds(s, [struct.pack("!I", len(payload)) + payload], [0, 1, 2, lifeline_r])
+        msg = struct.pack("!I", len(payload)) + payload
+        sent = socket.send_fds(s, [msg], [0, 1, 2, lifeline_r])
+        if sent < len(msg):
+            s.sendall(msg[sent:])
         reply = _readline(s)
-    except OSError as e:
+    except OSError as e:  # includes a zygote too busy to answer within the timeout
         raise _Unavailable(str(e)) from None
     finally:
         os.close(lifeline_r)
@@ -368,29 +244,29 @@ def _client_via(path: str, args: list[str], mode: str) -> int:
     pid = int(reply.split()[1])
 
     def relay(signum: int, _frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
+        try:
+            os.killpg(pid, signum)
+        except OSError:  # before the forked process has made its own group
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
 
     for sig in _RELAYED:
         signal.signal(sig, relay)
-    line = _readline(s)
+    s.settimeout(1.0)
+    line = _readline(s, pid=pid, parent=parent)
     if line.startswith(b"exit "):
-        return int(line.split()[1]) % 256
-    with contextlib.suppress(ProcessLookupError):  # the zygote died: do not leave the kernel behind
-        os.kill(pid, signal.SIGKILL)
+        return int(line.split()[1])
+    kill_group(pid)  # the zygote or papermill died: do not leave the process behind
     return 1
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["serve"] and len(argv) >= 2:
-        return _serve(argv[1], argv[2:])
     if argv[:1] == ["client"]:
         return _client(argv[1:])
     if argv[:2] == ["run", "-c"] and len(argv) >= 3:
         return _client(argv[2:], mode="code")
-    print("usage: python -m phantom.zygote serve SOCKET [MODULE ...] | client -f CONNECTION_FILE "
-          "| run -c CODE [ARG ...]", file=sys.stderr)
+    print("usage: python -m phantom.zygote client -f CONNECTION_FILE | run -c CODE [ARG ...]", file=sys.stderr)
     return 2
 
 

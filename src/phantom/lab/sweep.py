@@ -39,7 +39,8 @@ PROFILES: tuple[str, ...] = ("full", "quick")
 _NB_DIR = ".lab_notebooks"
 #: what a cell's papermill process and kernel import (``notebooks/lab_arm.py``), preloaded by the sweep's
 #: zygote (:mod:`phantom.zygote`); torch's optimizers import ``torch._dynamo`` (1.5 s) on first use
-PRELOAD = ("torch", "torch._dynamo", "torch.optim", "numpy", "pandas", "tqdm.auto", "phantom.lab.rl", "phantom.runs",
+#: (not tqdm.auto: it picks its front end when first imported, which must happen inside the kernel)
+PRELOAD = ("torch", "torch._dynamo", "torch.optim", "numpy", "pandas", "phantom.lab.rl", "phantom.runs",
            "phantom.figures", "plotly.graph_objects", "plotly.subplots", "papermill", "yaml")
 
 
@@ -279,7 +280,7 @@ def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
                disable=not progress)
     env = _cell_env(root)
     # one zygote for the sweep when there is more than one cell: each kernel is forked with torch and
-    # the lab already imported (phantom.zygote), ~3 CPU-s less per cell
+    # the lab already imported (phantom.zygote; benchmarks/bench_sweep.py: 1.7 CPU-s less per cell)
     with kernel_zygote(root / _NB_DIR, preload=PRELOAD, env=env, enabled=len(todo) > 1) as z:
         try:
             while pending or active:
