@@ -151,7 +151,8 @@ def kernel_zygote(base: str | os.PathLike[str], *, preload: Sequence[str] = (),
     not start (kernels then start as usual). Its own output goes to ``<base>/zygote.log``. With
     ``enabled=False`` (e.g. a batch of one kernel, where it cannot pay for its own start) none runs.
     """
-    if (not enabled or os.environ.get(SWITCH_ENV, "1") == "0" or not hasattr(os, "fork")
+    # Linux only: the single-thread check reads /proc/self/task (elsewhere native threads go unseen)
+    if (not enabled or os.environ.get(SWITCH_ENV, "1") == "0" or not sys.platform.startswith("linux")
             or not hasattr(socket, "send_fds")):
         yield _Off()
         return

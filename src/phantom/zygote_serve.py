@@ -29,11 +29,8 @@ REQUEST_TIMEOUT_S = 30.0
 
 
 def _threads() -> int:
-    with contextlib.suppress(OSError):
-        return len(os.listdir("/proc/self/task"))
-    import threading
-
-    return threading.active_count()
+    """Threads of this process, native ones included (Linux)."""
+    return len(os.listdir("/proc/self/task"))
 
 
 def kill_group(pid: int) -> None:
@@ -235,6 +232,8 @@ def _child(req: dict, passed: list[int], path0: str, *, sockets: list[socket.soc
     finally:
         import atexit
 
+        # as at a normal exit; the handlers the zygote's imports registered run in each child too: for the
+        # lab's preloads they are process-local (logging.shutdown, torch's op-library finalizers, zmq notices)
         with contextlib.suppress(BaseException):
             atexit._run_exitfuncs()
         with contextlib.suppress(BaseException):
