@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["STARTUP", "batch_ipython_dir", "batch_kernel_env"]
+__all__ = ["STARTUP", "batch_ipython_dir", "batch_kernel_env", "write_if_changed"]
 
 #: The start-up file's text (IPython runs ``profile_default/startup/*.py`` in every kernel it starts).
 STARTUP = '''\
@@ -29,15 +29,20 @@ del _sys
 '''
 
 
+def write_if_changed(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` only when it differs, atomically: kernels starting at that moment read
+    either the old or the new file, never half of one."""
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+
 def batch_ipython_dir(base: str | os.PathLike[str]) -> Path:
     """``<base>/.ipython`` with the start-up file in place (rewritten only when it differs); returns it."""
     d = Path(base) / ".ipython"
-    f = d / "profile_default" / "startup" / "00-phantom-batch.py"
-    if not f.is_file() or f.read_text() != STARTUP:
-        f.parent.mkdir(parents=True, exist_ok=True)
-        tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
-        tmp.write_text(STARTUP)
-        os.replace(tmp, f)
+    write_if_changed(d / "profile_default" / "startup" / "00-phantom-batch.py", STARTUP)
     return d
 
 

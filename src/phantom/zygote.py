@@ -49,6 +49,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from phantom.kernels import write_if_changed
 from phantom.zygote_serve import REQUEST_TIMEOUT_S, kill_group
 
 __all__ = ["SOCKET_ENV", "SWITCH_ENV", "Zygote", "kernel_zygote", "kernel_spec_dir", "code_command"]
@@ -68,11 +69,7 @@ def kernel_spec_dir(base: str | os.PathLike[str]) -> Path:
     text = json.dumps({"argv": [sys.executable, "-m", "phantom.zygote", "client", "-f", "{connection_file}"],
                        "display_name": "Python 3 (ipykernel)", "language": "python", "interrupt_mode": "signal",
                        "metadata": {"debugger": True}}, indent=1) + "\n"
-    if not spec.is_file() or spec.read_text() != text:
-        spec.parent.mkdir(parents=True, exist_ok=True)
-        tmp = spec.with_name(f".kernel.json.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, spec)
+    write_if_changed(spec, text)
     return d
 
 
