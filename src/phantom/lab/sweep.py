@@ -280,7 +280,7 @@ def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
                disable=not progress)
     env = _cell_env(root)
     # one zygote for the sweep when there is more than one cell: each kernel is forked with torch and
-    # the lab already imported (phantom.zygote; benchmarks/bench_sweep.py: 1.7 CPU-s less per cell)
+    # the lab already imported (phantom.zygote; benchmarks/bench_sweep.py: ~2 CPU-s less per cell)
     with kernel_zygote(root / _NB_DIR, preload=PRELOAD, env=env, enabled=len(todo) > 1) as z:
         try:
             while pending or active:
