@@ -124,6 +124,16 @@ def test_table_needs_a_caption_and_renders_it(monkeypatch):
         figures.table(pd.DataFrame({"a": [1]}), "")
 
 
+def test_table_caption_markup_is_html_not_literal_backticks(monkeypatch):
+    import pandas as pd
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, **kw: shown.append(obj))
+    figures.table(pd.DataFrame({"a": [1]}), "Clip rate (`actor/pg_clipfrac`) for a < b, *mean*", number="7.3")
+    assert "Table 7.3. Clip rate (<code>actor/pg_clipfrac</code>) for a &lt; b, <em>mean</em>" in shown[0].data
+    assert "`" not in shown[0].data
+
+
 def test_axis_names_carry_units():
     for key, text in figures.AXIS.items():
         assert "(" in text and ")" in text, f"AXIS[{key!r}] = {text!r} names no unit"

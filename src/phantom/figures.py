@@ -149,13 +149,21 @@ def style(fig: go.Figure, *, title: str | None = None, x: str | None = None, y: 
     return fig
 
 
-def caption_html(caption: str, number: str | None = None) -> str:
-    """``<figcaption>`` text: HTML-escaped, with ``*emphasis*`` and ``` `code` ``` kept as markup."""
+def caption_markup(caption: str) -> str:
+    """Caption text as HTML: escaped, with ``*emphasis*`` and ``` `code` ``` kept as markup.
+
+    Figure and table captions are raw HTML in the page (MyST never sees them), so the inline markup
+    chapter authors write in them must be turned into tags here or it shows as literal backticks.
+    """
     text = html.escape(caption.strip())
     text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
-    text = re.sub(r"\*([^*]+)\*", r"<em>\1</em>", text)
+    return re.sub(r"\*([^*]+)\*", r"<em>\1</em>", text)
+
+
+def caption_html(caption: str, number: str | None = None) -> str:
+    """``<figcaption>`` of a figure: :func:`caption_markup` after a bold "Figure N."."""
     head = f"<strong>Figure {html.escape(str(number))}.</strong> " if number else ""
-    return f'<figcaption class="phantom-caption">{head}{text}</figcaption>'
+    return f'<figcaption class="phantom-caption">{head}{caption_markup(caption)}</figcaption>'
 
 
 def show(fig: go.Figure, caption: str, *, number: str | None = None, name: str | None = None) -> None:
@@ -244,6 +252,6 @@ def table(df: Any, caption: str, *, number: str | None = None, precision: int = 
         styler = styler.format(dict(formats), na_rep="–")
     if not index:
         styler = styler.hide(axis="index")
-    head = f"Table {number}. " if number else ""
-    styler = styler.set_caption(f"{head}{caption.strip()}").set_table_attributes('class="phantom-table"')
+    head = f"Table {html.escape(str(number))}. " if number else ""
+    styler = styler.set_caption(f"{head}{caption_markup(caption)}").set_table_attributes('class="phantom-table"')
     display(HTML(styler.to_html()))
