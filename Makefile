@@ -18,8 +18,13 @@ export WANDB_MODE := disabled
 help:
 	@sed -n 2,3p Makefile
 
+## Only the browser test needs Debian's chromium (~1 min of apt on a fresh machine): the book targets
+## skip it (a target-specific value reaches the `setup` prerequisite).
+SETUP_BROWSER ?= 1
+book book-quick: SETUP_BROWSER = 0
+
 setup:
-	@scripts/setup_env.sh "$(PYTHON)" "$(VENV)" "$(EXTRAS)"
+	@PHANTOM_SETUP_BROWSER=$(SETUP_BROWSER) scripts/setup_env.sh "$(PYTHON)" "$(VENV)" "$(EXTRAS)"
 
 ## Full test suite (CI runs exactly this). The book part builds the quick profile into _build/test
 ## (tests/test_book_browser.py) and leaves page screenshots in _build/screens/.

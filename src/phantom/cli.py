@@ -59,6 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"phantom: unknown command {command!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    if argv is None:  # the console script, not a call from Python: the lab's processes get tcmalloc
+        from phantom.malloc import reexec_with_allocator
+
+        try:
+            reexec_with_allocator(command, args)
+        except ValueError as e:
+            print(f"phantom: {e}", file=sys.stderr)
+            return 2
     target, _ = COMMANDS[command]
     module_name, func_name = target.split(":")
     func = getattr(importlib.import_module(module_name), func_name)

@@ -24,6 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from phantom.malloc import in_use as malloc_in_use
+
 __all__ = [
     "STATUSES",
     "RunDir",
@@ -199,7 +201,8 @@ class RunDir:
         write_json_atomic(run.manifest_path, {
             "name": name, "kind": kind, "status": "running", "spec": dict(spec), "spec_hash": spec_hash(spec),
             "created": now, "started": now, "finished": None, "pid": os.getpid(), "host": socket.gethostname(),
-            "versions": package_versions(), "git_commit": git_commit(), **dict(extra or {}),
+            "versions": package_versions(), "malloc": malloc_in_use(), "git_commit": git_commit(),
+            **dict(extra or {}),
         })
         return run
 
