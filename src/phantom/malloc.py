@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["CHOICES", "tcmalloc_path", "preload_env", "in_use", "reexec_with_allocator"]
+__all__ = ["CHOICES", "COMMANDS", "choice", "tcmalloc_path", "preload_env", "in_use", "reexec_with_allocator"]
 
 CHOICES: tuple[str, ...] = ("tcmalloc", "system")
 #: where Debian/Ubuntu (multiarch) and Fedora-like systems put the library
@@ -78,6 +78,9 @@ def reexec_with_allocator(command: str, argv: list[str]) -> None:
     env = preload_env()
     if env is None:
         return
+    script = sys.argv[0]
+    # the console script again, exactly as it was run (its folder first on sys.path); `python -m` otherwise
+    cmd = [script] if Path(script).name == "phantom" and Path(script).is_file() else ["-m", "phantom.cli"]
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "phantom.cli", *argv], env)
+    os.execve(sys.executable, [sys.executable, *cmd, *argv], env)
