@@ -18,7 +18,7 @@ export WANDB_MODE := disabled
 help:
 	@sed -n 2,3p Makefile
 
-## Only the browser test needs Debian's chromium (~1 min of apt on a fresh machine): the book targets
+## Only the browser test needs Debian's chromium (an apt install on a fresh machine): the book targets
 ## skip it (a target-specific value reaches the `setup` prerequisite).
 SETUP_BROWSER ?= 1
 book book-quick: SETUP_BROWSER = 0

@@ -69,7 +69,7 @@ if [[ ",$EXTRAS," == *",lab,"* ]] && [ "$(uname -s)" = Linux ] && command -v apt
   echo "[setup] installing Debian libtcmalloc-minimal4 for the CPU lab"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libtcmalloc-minimal4 >/dev/null; } \
-    || echo "[setup] could not install libtcmalloc-minimal4: the lab keeps glibc's malloc (same numbers, ~4% slower)"
+    || echo "[setup] could not install libtcmalloc-minimal4: the lab keeps glibc's malloc (same numbers, 2-5% slower)"
 fi
 
 if [[ ",$EXTRAS," == *",book,"* ]] && [ "${PHANTOM_SETUP_BROWSER:-1}" != 0 ] && ! command -v chromium >/dev/null 2>&1; then

@@ -7,7 +7,7 @@ tcmalloc makes a 40-step arm ~2-5% faster here (``benchmarks/bench_malloc.py``) 
 allocator hands out memory, it does not reorder arithmetic (``tests/test_malloc.py`` compares two runs
 metric for metric).
 
-``phantom book`` and ``phantom lab`` re-execute themselves once with ``LD_PRELOAD`` set, so the SFT
+``phantom book``, ``phantom lab`` and ``phantom chapter`` re-execute themselves once with ``LD_PRELOAD`` set, so the SFT
 and every papermill process and kernel of a sweep inherit it. ``PHANTOM_MALLOC=system`` keeps glibc's.
 ``scripts/setup_env.sh`` installs Debian's ``libtcmalloc-minimal4``; without it nothing changes.
 """
