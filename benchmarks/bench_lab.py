@@ -13,7 +13,12 @@ cache, scoring, gated advantages, PPO update, held-out evaluation every ``eval_e
 The analytic count is cross-checked once against ``torch.utils.flop_counter`` on a real update.
 
 usage: python benchmarks/bench_lab.py [--steps 40] [--arms none,outcome] [--model lab] [--matmul 384]
-                                     [--checkpoint DIR --set key=value ...]
+                                     [--checkpoint DIR --set key=value ...] [--decode torch,c --rounds 2]
+
+``--decode torch,c`` runs every arm once per decode path (``$PHANTOM_DECODE``: torch's ops, the
+baseline, and the C decode kernel), alternating their order over ``--rounds`` so the machine's drift
+hits both alike, and adds a table of wall-time ratios against torch's path in the same run and
+whether the two logged the same values (they must: the kernel is bit-identical by construction).
 
 ``--checkpoint`` runs the same loop on another checkpoint folder (e.g. an older lab's, to compare code
 versions on one model); ``--set`` overrides ArmSpec fields (``--set task='{"terms": [2, 5]}'``).
@@ -123,28 +128,31 @@ def main() -> None:
     ap.add_argument("--checkpoint", default=None, help="checkpoint folder to use instead of the profile's")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="ArmSpec field for every arm")
+    ap.add_argument("--decode", default="", help="comma-separated decode paths to compare (torch,c); "
+                    "default: the environment's ($PHANTOM_DECODE, else c)")
+    ap.add_argument("--rounds", type=int, default=1, help="with --decode: rounds, alternating the paths' order")
     args = ap.parse_args()
     from phantom.cli import parse_sets
+    from phantom.lab.decode_kernel import CHOICES, choice
 
     torch.set_num_threads(1)
     ckpt = args.checkpoint or ensure_sft_model(args.model)
     sets = parse_sets(args.sets)
+    paths = [p.strip() for p in args.decode.split(",") if p.strip()] or [choice()]
+    bad = [p for p in paths if p not in CHOICES]
+    if bad:
+        raise SystemExit(f"--decode {','.join(bad)} is unknown; allowed: {', '.join(CHOICES)}")
     base0 = matmul_gflops(args.matmul)
-    rows = []
-    for arm in args.arms.split(","):
-        spec = ArmSpec.from_dict({"arm": arm, "steps": args.steps, "model": args.model, "seed": args.seed, **sets})
-        tr = Trainer(spec, ckpt)
-        cnt = Counter(tr)
-        t0 = time.perf_counter()
-        tr.evaluate(0)
-        per_step, acc = [], None
-        for st in range(1, spec.steps + 1):
-            m = tr.step(st)
-            per_step.append(m["timing_s/step"])
-            acc = m.get("val-core/phantom_lab/acc/mean@1", acc)
-        wall = time.perf_counter() - t0
-        rows.append((arm, float(np.mean(per_step)), wall, cnt.gen_tokens / cnt.gen_seconds, cnt.flops / wall / 1e9,
-                     acc))
+    rows, runs = [], []
+    for rnd in range(max(1, args.rounds)):
+        order = paths if rnd % 2 == 0 else paths[::-1]
+        for arm in args.arms.split(","):
+            for path in order:
+                os.environ["PHANTOM_DECODE"] = path
+                r = run_one(arm, args, sets, ckpt)
+                runs.append((arm, path, rnd + 1, *r))
+                if rnd == 0 and path == paths[-1]:
+                    rows.append((arm, *r[:5]))
     base1 = matmul_gflops(args.matmul)
     base = (base0 + base1) / 2
     analytic, counted = crosscheck(Trainer(ArmSpec.from_dict({"model": args.model, **sets}), ckpt))
@@ -161,6 +169,47 @@ def main() -> None:
     print("-" * len(head))
     for arm, sps, wall, tps, gf, acc in rows:
         print(f"{arm:<8} {sps:>7.3f} {wall:>15.1f} {tps:>14.0f} {gf:>14.2f} {gf / base:>9.3f} {acc:>10.3f}")
+    if len(paths) > 1:
+        print(f"\ndecode paths ({paths[-1]} in the table above), wall seconds per {args.steps}-step arm, "
+              f"ratio against {paths[0]} in the same round")
+        head = f"{'arm':<8} {'round':>5} " + " ".join(f"{p + ' s':>9} {'gen ' + p:>9}" for p in paths) + \
+            f" {'ratio':>7} {'same values':>12}"
+        print(head)
+        print("-" * len(head))
+        ratios: dict[str, list[float]] = {}
+        for arm in args.arms.split(","):
+            for rnd in range(1, max(1, args.rounds) + 1):
+                got = {p: r for a, p, n, *r in runs if a == arm and n == rnd}
+                ratio = got[paths[-1]][1] / got[paths[0]][1]
+                ratios.setdefault(arm, []).append(ratio)
+                same = len({r[6] for r in got.values()}) == 1
+                print(f"{arm:<8} {rnd:>5} " + " ".join(f"{got[p][1]:>9.1f} {got[p][5]:>9.1f}" for p in paths) +
+                      f" {ratio:>7.3f} {'yes' if same else 'NO':>12}")
+        for arm, rs in ratios.items():
+            print(f"{arm}: {paths[-1]} / {paths[0]} wall, mean over {len(rs)} round(s): {np.mean(rs):.3f}")
+
+
+def run_one(arm: str, args: argparse.Namespace, sets: dict, ckpt) -> tuple:
+    """One arm from its warm start: (s/step, wall s, rollout tok/s, GFLOP/s, final acc, gen s, values hash)."""
+    import hashlib
+    import json
+
+    spec = ArmSpec.from_dict({"arm": arm, "steps": args.steps, "model": args.model, "seed": args.seed, **sets})
+    tr = Trainer(spec, ckpt)
+    cnt = Counter(tr)
+    t0 = time.perf_counter()
+    logged = [tr.evaluate(0)]
+    per_step, acc = [], None
+    for st in range(1, spec.steps + 1):
+        m = tr.step(st)
+        logged.append(m)
+        per_step.append(m["timing_s/step"])
+        acc = m.get("val-core/phantom_lab/acc/mean@1", acc)
+    wall = time.perf_counter() - t0
+    values = [{k: v for k, v in m.items() if not k.startswith("timing_s/")} for m in logged]
+    digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
+    return (float(np.mean(per_step)), wall, cnt.gen_tokens / cnt.gen_seconds, cnt.flops / wall / 1e9, acc,
+            cnt.gen_seconds, digest)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from phantom.lab import decode_kernel
 from phantom.lab.dapo import no_contrast_groups
 from phantom.lab.rl import VAL_ACC, VAL_LEN, Trainer, _eval0_key, gated_rows, run_arm
 from phantom.lab.spec import ArmSpec
@@ -43,6 +45,8 @@ def test_smoke_run_writes_contract_metrics(lab_env, tmp_path):
     run = run_arm({**TINY, "arm": "score"}, root=tmp_path, progress=False)
     m = run.manifest()
     assert m["status"] == "done" and m["kind"] == "lab"
+    assert m["decode"] == ("torch" if os.environ.get("PHANTOM_DECODE") == "torch" or decode_kernel._compiler() is None
+                           else "c")  # the tiny model's shape is one the kernel reproduces
     for key in ("arm", "estimator", "lam", "kind", "seed", "steps", "kl_coef", "noise_p", "sampling"):
         assert key in m["spec"]
     df = read_metrics(run.path)

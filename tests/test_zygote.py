@@ -121,6 +121,16 @@ def test_a_zygote_with_threads_refuses_to_fork(tmp_path, capsys):
     assert "did not start" in capsys.readouterr().err
 
 
+def test_a_preload_entry_with_a_function_is_called_once_in_the_zygote(tmp_path):
+    """``module:function`` entries warm the zygote up (the lab's decode-kernel check) before it forks."""
+    (tmp_path / "warm_mod.py").write_text(f"import os\ndef warm():\n    open({str(tmp_path / 'calls')!r}, 'a')"
+                                          ".write(f'{os.getpid()}\\n')\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    with kernel_zygote(tmp_path / "z", preload=("json", "warm_mod:warm"), env=env) as z:
+        assert set(z.env(wait=120)) == {"JUPYTER_PATH", SOCKET_ENV}
+        assert (tmp_path / "calls").read_text().split() == [str(z.proc.pid)]
+
+
 def test_interrupt_reaches_the_forked_kernel(tmp_path):
     """jupyter_client interrupts by signalling the process it started (the client): it is relayed."""
     with kernel_zygote(tmp_path / "z", preload=("json",)) as z:

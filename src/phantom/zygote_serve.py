@@ -41,7 +41,7 @@ def kill_group(pid: int) -> None:
 
 
 def serve(sock_path: str, preload: Sequence[str]) -> int:
-    """Import ``preload``, then fork a kernel (or a ``python -c`` process) for each client until SIGTERM
+    """Import ``preload`` (``module`` or ``module:function``, the function then called once), then fork a kernel (or a ``python -c`` process) for each client until SIGTERM
     or until this process's parent is gone."""
     import gc
     import importlib
@@ -52,7 +52,11 @@ def serve(sock_path: str, preload: Sequence[str]) -> int:
     # import (IPKernelApp.parent_handle from JPY_PARENT_PID), which is the client's, not the zygote's
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the "ready" line
         for name in (*preload, "IPython", "zmq", "tornado", "jupyter_client"):
-            importlib.import_module(name)
+            # "module:function" also calls a warm-up (no arguments) whose results the forks inherit
+            module, _, func = name.partition(":")
+            m = importlib.import_module(module)
+            if func:
+                getattr(m, func)()
     n = _threads()
     if n > 1:
         print(f"[phantom.zygote] {n} threads after importing {list(preload)}: forking would be unsafe, "

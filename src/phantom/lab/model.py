@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from phantom.lab.decode_kernel import kernel_for
+
 __all__ = ["ModelConfig", "LabQwen2", "LoRALinear", "save_checkpoint", "load_checkpoint",
            "train_flops_per_token", "sample_tokens"]
 
@@ -108,7 +110,7 @@ def sample_tokens(logits: torch.Tensor, temperature: float = 1.0,
     times more per decode step. ``right=True`` makes a zero-probability token (a flat step of the CDF)
     unreachable, ``u < 1`` keeps the index in range.
     """
-    cdf = torch.softmax(logits / temperature, dim=-1).cumsum_(-1)
+    cdf = torch.softmax(logits if temperature == 1.0 else logits / temperature, dim=-1).cumsum_(-1)
     u = torch.rand(logits.shape[0], 1, generator=generator) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True)[:, 0].clamp_(max=logits.shape[-1] - 1)
 
@@ -194,11 +196,13 @@ class LabQwen2(nn.Module):
     # full-sequence forward (training, scoring, prefill)
     # ---------------------------------------------------------------------------------------
     def hidden_states(self, ids: torch.Tensor, pos: torch.Tensor, valid: torch.Tensor,
-                      cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
+                      cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+                      keys_transposed: bool = False) -> torch.Tensor:
         """Final-norm hidden states of ``ids`` (B, T) at positions ``pos``; ``valid`` marks real tokens.
 
         Keys are masked causally and by ``valid``; a padded query attends to itself only, so no row
-        is empty. With ``cache``, each layer's rotated keys and values are written to ``cache[i]``.
+        is empty. With ``cache``, each layer's rotated keys and values are written to ``cache[i]``:
+        keys (B, KV, L, D), or (B, KV, D, L) with ``keys_transposed`` (the C decode kernel's layout).
         """
         c = self.cfg
         B, T = ids.shape
@@ -215,7 +219,10 @@ class LabQwen2(nn.Module):
             v = a.v_proj(h).view(B, T, c.kv_heads, c.head_dim).transpose(1, 2)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             if cache is not None:
-                cache[li][0][:, :, :T] = k
+                if keys_transposed:
+                    cache[li][0][:, :, :, :T] = k.transpose(-1, -2)
+                else:
+                    cache[li][0][:, :, :T] = k
                 cache[li][1][:, :, :T] = v
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=c.heads != c.kv_heads)
             x = x + a.o_proj(o.transpose(1, 2).reshape(B, T, c.hidden))
@@ -256,73 +263,76 @@ class LabQwen2(nn.Module):
         distinct: dict[tuple[int, ...], int] = {}
         owner = torch.tensor([distinct.setdefault(tuple(p), i) for i, p in enumerate(prompts)], dtype=torch.long)
         heads = torch.tensor(sorted(distinct.values()), dtype=torch.long)
-        U = len(heads)
-        cache = [(torch.zeros(U, c.kv_heads, P + max_new, c.head_dim),
-                  torch.zeros(U, c.kv_heads, P + max_new, c.head_dim)) for _ in range(c.layers)]
-        last = self.hidden_states(ids[heads], pos[heads], valid[heads, :P], cache)[:, -1]
+        U, ctx = len(heads), P + max_new
+        # the C kernel (bit-identical to the torch ops below, checked per shape) keeps keys transposed
+        kern = kernel_for(c.heads, c.kv_heads, c.head_dim, c.max_positions)
+        key_shape = (U, c.kv_heads, c.head_dim, ctx) if kern else (U, c.kv_heads, ctx, c.head_dim)
+        cache = [(torch.zeros(key_shape), torch.zeros(U, c.kv_heads, ctx, c.head_dim)) for _ in range(c.layers)]
+        last = self.hidden_states(ids[heads], pos[heads], valid[heads, :P], cache, keys_transposed=kern is not None)[:, -1]
         if U < B:
             at = torch.searchsorted(heads, owner)  # each row's index among the distinct prompts
             last, cache = last[at], [(k[at], v[at]) for k, v in cache]
         logits = self.lm_head(last)
+        # per layer: fused q/k/v and gate/up weights, o and down, and the two norms' weights
         fused = [(torch.cat([_w(L.self_attn.q_proj), _w(L.self_attn.k_proj), _w(L.self_attn.v_proj)]),
                   torch.cat([L.self_attn.q_proj.bias, L.self_attn.k_proj.bias, L.self_attn.v_proj.bias]),
-                  torch.cat([_w(L.mlp.gate_proj), _w(L.mlp.up_proj)]), _w(L.self_attn.o_proj), _w(L.mlp.down_proj))
-                 for L in self.model.layers]
+                  torch.cat([_w(L.mlp.gate_proj), _w(L.mlp.up_proj)]), _w(L.self_attn.o_proj), _w(L.mlp.down_proj),
+                  L.input_layernorm.weight, L.post_attention_layernorm.weight) for L in self.model.layers]
         out = torch.full((B, max_new), pad_id, dtype=torch.long)
-        rows = torch.arange(B)  # original row of each active row
+        rows = torch.arange(B)  # original row of each active row (the kernel's caches keep every row)
         alive = torch.ones(B, dtype=torch.bool)  # per active row: no EOS yet
         cur = pos[:, -1].clone()
         # additive key mask: 0 where a key is a real token, -inf at padding and not-yet-written slots
-        bias = torch.zeros(B, P + max_new).masked_fill_(~valid, float("-inf"))
+        bias = torch.zeros(B, ctx).masked_fill_(~valid, float("-inf"))
         H, KV, D, g = c.heads, c.kv_heads, c.head_dim, c.heads // c.kv_heads
         nq, nkv, scale = H * D, KV * D, D ** -0.5
+        # the modules' own functional calls, without nn.Module's per-call overhead (~100 calls a token)
+        emb, hid, eps = self.model.embed_tokens.weight, (c.hidden,), c.rms_eps
         for t in range(max_new):
-            if greedy:
-                nxt = logits.argmax(-1)
-            else:
-                nxt = sample_tokens(logits, temperature, generator)
+            nxt = logits.argmax(-1) if greedy else sample_tokens(logits, temperature, generator)
             out[rows, t] = nxt
             alive &= nxt != eos_id
             if t == max_new - 1 or not alive.any():
                 break
             dead = len(rows) - int(alive.sum())
             if dead and (dead * 4 >= len(rows) or len(rows) - dead < 8):
-                # Drop finished rows (one copy of the cache); below the threshold they ride along.
+                # Drop finished rows (torch's ops: one copy of the cache); below the threshold they ride along.
                 idx = alive.nonzero()[:, 0]
-                rows, nxt, cur, bias, alive = rows[idx], nxt[idx], cur[idx], bias[idx], alive[idx]
-                cache = [(k[idx], v[idx]) for k, v in cache]
+                rows, nxt, cur, alive = rows[idx], nxt[idx], cur[idx], alive[idx]
+                if kern is None:
+                    bias, cache = bias[idx], [(k[idx], v[idx]) for k, v in cache]
             n = len(rows)
             slot = P + t
-            bias[:, slot] = 0.0
+            bias[:, slot] = 0.0  # (every row of the kernel's bias: a finished row's is never read again)
             cur = cur + 1
-            cos, sin = self.rope_cos[cur][:, None], self.rope_sin[cur][:, None]  # (n, 1, D)
-            keys = bias[:, None, None, :slot + 1]
-            x = self.model.embed_tokens(nxt)
-            for li, layer in enumerate(self.model.layers):
-                wqkv, bqkv, wgu, wo, wd = fused[li]
-                qkv = F.linear(layer.input_layernorm(x), wqkv, bqkv)
-                qk = _rotate(qkv[:, :nq + nkv].view(n, H + KV, D), cos, sin)  # q and k heads in one go
+            if kern is None:
+                cos, sin = self.rope_cos[cur][:, None], self.rope_sin[cur][:, None]  # (n, 1, D)
+                keys = bias[:, None, None, :slot + 1]
+            x = F.embedding(nxt, emb)
+            for li in range(c.layers):
+                wqkv, bqkv, wgu, wo, wd, n1, n2 = fused[li]
+                qkv = F.linear(F.rms_norm(x, hid, n1, eps), wqkv, bqkv)
                 kc, vc = cache[li]
-                kc[:, :, slot] = qk[:, H:]
-                vc[:, :, slot] = qkv[:, nq + nkv:].view(n, KV, D)
-                # one query per row: two batched matmuls (query heads grouped by their kv head, as
-                # transformers' repeat_kv pairs them) beat SDPA's flash kernel at this size
-                att = torch.matmul(qk[:, :H].view(n, KV, g, D), kc[:, :, :slot + 1].transpose(-1, -2))
-                att = torch.softmax(att.mul_(scale).add_(keys), dim=-1)
-                o = torch.matmul(att, vc[:, :, :slot + 1]).view(n, nq)
+                if kern is not None:
+                    att = kern.scores(qkv, self.rope_cos, self.rope_sin, cur, rows, kc, vc, bias, slot, H, scale,
+                                      torch.empty(n, KV, g, slot + 1))
+                    o = kern.mix(torch.softmax(att, dim=-1), rows, vc, torch.empty(n, nq))
+                else:
+                    qk = _rotate(qkv[:, :nq + nkv].view(n, H + KV, D), cos, sin)  # q and k heads in one go
+                    kc[:, :, slot] = qk[:, H:]
+                    vc[:, :, slot] = qkv[:, nq + nkv:].view(n, KV, D)
+                    # one query per row: two batched matmuls (query heads grouped by their kv head, as
+                    # transformers' repeat_kv pairs them) beat SDPA's flash kernel at this size
+                    att = torch.matmul(qk[:, :H].view(n, KV, g, D), kc[:, :, :slot + 1].transpose(-1, -2))
+                    att = torch.softmax(att.mul_(scale).add_(keys), dim=-1)
+                    o = torch.matmul(att, vc[:, :, :slot + 1]).view(n, nq)
                 x = x + F.linear(o, wo)
-                gu = F.linear(layer.post_attention_layernorm(x), wgu)
+                gu = F.linear(F.rms_norm(x, hid, n2, eps), wgu)
                 x = x + F.linear(F.silu(gu[:, :c.intermediate]) * gu[:, c.intermediate:], wd)
-            logits = self.lm_head(self.model.norm(x))
-        toks, ended = [], []
-        for r in out.tolist():
-            if eos_id in r:
-                toks.append(r[:r.index(eos_id)])
-                ended.append(True)
-            else:
-                toks.append(r)
-                ended.append(False)
-        return toks, ended
+            logits = F.linear(F.rms_norm(x, hid, self.model.norm.weight, eps), emb)
+        sampled = out.tolist()
+        ended = [eos_id in r for r in sampled]
+        return [r[:r.index(eos_id)] if e else r for r, e in zip(sampled, ended)], ended
 
     def enable_lora(self, rank: int, alpha: float,
                     targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",

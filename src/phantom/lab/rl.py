@@ -25,6 +25,7 @@ import torch
 
 from phantom.advantages import GateStats, group_advantages
 from phantom.lab.dapo import dapo_collect
+from phantom.lab.decode_kernel import describe as describe_decode
 from phantom.lab.loss import agg_loss, kl_penalty, policy_loss
 from phantom.lab.rollouts import Rollouts
 from phantom.lab.sft import EvalResult, ensure_sft_model, evaluate, load_sft
@@ -346,9 +347,12 @@ def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,
         return existing
     ckpt = ensure_sft_model(spec.sft, progress=progress)
     trainer = Trainer(spec, ckpt)
+    c = trainer.model.cfg
     run = RunDir.start(name, d, kind="lab", root=root,
                        extra={"checkpoint": str(ckpt), "sft": {k: trainer.sft_meta.get(k) for k in
-                              ("key", "val_greedy_acc", "val_sampled_acc", "params")}, **(extra or {})})
+                              ("key", "val_greedy_acc", "val_sampled_acc", "params")},
+                              "decode": describe_decode(c.heads, c.kv_heads, c.head_dim, c.max_positions),
+                              **(extra or {})})
     t_start = time.time()
     history: list[dict[str, Any]] = []
     try:

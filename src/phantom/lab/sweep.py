@@ -39,9 +39,31 @@ PROFILES: tuple[str, ...] = ("full", "quick")
 _NB_DIR = ".lab_notebooks"
 #: what a cell's papermill process and kernel import (``notebooks/lab_arm.py``), preloaded by the sweep's
 #: zygote (:mod:`phantom.zygote`); torch's optimizers import ``torch._dynamo`` (1.5 s) on first use
-#: (not tqdm.auto: it picks its front end when first imported, which must happen inside the kernel)
+#: (not tqdm.auto: it picks its front end when first imported, which must happen inside the kernel);
+#: ``prepare_zygote`` builds, loads and checks the C decode kernel once for every forked cell
 PRELOAD = ("torch", "torch._dynamo", "torch.optim", "numpy", "pandas", "phantom.lab.rl", "phantom.runs",
-           "phantom.figures", "plotly.graph_objects", "plotly.subplots", "papermill", "yaml")
+           "phantom.figures", "plotly.graph_objects", "plotly.subplots", "papermill", "yaml",
+           "phantom.lab.sweep:prepare_zygote")
+
+
+def prepare_zygote() -> None:
+    """Build, load and check the C decode kernel (:mod:`phantom.lab.decode_kernel`) for every SFT
+    profile's model shape, in one thread: a sweep's zygote calls this once (``PRELOAD``), so the cells
+    forked from it neither compile nor re-check. It must not start threads (the zygote would refuse)."""
+    import torch
+
+    from phantom.lab.decode_kernel import choice, kernel_for
+    from phantom.lab.sft import PROFILES
+
+    if choice() == "torch":
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for cfg in {p.model for p in PROFILES.values()}:
+            kernel_for(cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.max_positions)
+    finally:
+        torch.set_num_threads(threads)
 
 
 class SweepFailed(RuntimeError):
