@@ -294,3 +294,30 @@ def test_skipping_zero_advantage_rows_changes_no_parameter(lab_env, variant):
     a.update(batch, zero, None, step=2), b.update(batch, zero, None, step=2)
     for pa, pb in zip(a.params, b.params):
         torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-6)  # float sums in another order
+
+
+@pytest.mark.parametrize("variant", [dict(mini_batches=2), dict(mini_batches=2, ppo_epochs=2),
+                                     dict(estimator="gspo", loss_agg="seq-mean-token-mean", mini_batches=4)])
+def test_first_mini_batch_takes_its_old_logprobs_from_its_own_forward(lab_env, variant):
+    """With several mini-batches the update needs the pre-update log-probs of every row. The first
+    mini-batch's are read off its own training forward (the weights have not moved yet) instead of a
+    separate no-grad pass: exactly the same numbers, so the same update, bit for bit."""
+    spec = ArmSpec.from_dict({**TINY, "prompts": 8, "arm": "none", **variant})
+    a, b = Trainer(spec, lab_env), Trainer(spec, lab_env)
+    batch = a.rollout(8, step=1)
+    p, r = batch.prompt_ids, batch.response_ids
+    with torch.no_grad():
+        separate = a.model.response_logprobs(p, r, pad_id=a.tok.pad_id)[0]
+    own = a.model.response_logprobs(p, r, pad_id=a.tok.pad_id, with_entropy=True)[0]
+    assert torch.equal(separate, own.detach())  # the premise: grad mode changes no value
+    adv, _ = a.advantages(batch, "none")
+    calls: list[int] = []
+    orig = b.model.response_logprobs
+    b.model.response_logprobs = lambda *x, **k: calls.append(torch.is_grad_enabled()) or orig(*x, **k)
+    ma, mb = a.update(batch, adv, None, step=1), b.update(batch, adv, None, step=1)
+    for pa, pb in zip(a.params, b.params):
+        assert torch.equal(pa, pb)
+    assert ma == mb
+    # no-grad passes only for the mini-batches after the first; one training forward each per epoch
+    assert calls.count(False) == spec.mini_batches - 1
+    assert calls.count(True) == spec.mini_batches * spec.ppo_epochs

@@ -128,10 +128,12 @@ class Trainer:
         need_old = s.mini_batches > 1 or s.ppo_epochs > 1
         pre: list[dict[str, torch.Tensor]] = []
         with torch.no_grad():
-            for c in trained:
+            for k, c in enumerate(trained):
                 p, r = [batch.prompt_ids[i] for i in c], [batch.response_ids[i] for i in c]
                 d = {}
-                if need_old and len(c):
+                # the first mini-batch's old log-probs are its own first forward's, bit for bit (the
+                # weights have not moved yet; grad mode changes no kernel): taken there, not here
+                if need_old and len(c) and k > 0:
                     d["old"] = self.model.response_logprobs(p, r, pad_id=self.tok.pad_id)[0]
                 if self.ref is not None and len(c):
                     d["ref"] = self.ref.response_logprobs(p, r, pad_id=self.tok.pad_id)[0]
@@ -145,7 +147,7 @@ class Trainer:
                     p, r = [batch.prompt_ids[i] for i in c], [batch.response_ids[i] for i in c]
                     logp, mask, ent = self.model.response_logprobs(p, r, pad_id=self.tok.pad_id,
                                                                    with_entropy=epoch == 0)
-                    old = d.get("old", logp.detach())
+                    old = d.setdefault("old", logp.detach())
                     a = adv_t[torch.as_tensor(c)][:, None] * mask
                     loss, m = policy_loss(old, logp, a, mask, mode=s.loss_mode, clip_low=s.clip_low,
                                           clip_high=s.clip_high, clip_c=s.clip_c, agg=s.loss_agg)
