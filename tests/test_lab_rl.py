@@ -168,7 +168,9 @@ def test_no_contrast_groups_uses_exact_equality():
 
 
 def _trainer_batch(lab_env, **kw):
-    spec = ArmSpec.from_dict({**TINY, "lam": 0.0, **kw})
+    # one mini-batch: the gradient compared is then that of the restored weights (with two, the second
+    # is taken after an Adam step whose moments carry over from call to call)
+    spec = ArmSpec.from_dict({**TINY, "lam": 0.0, "mini_batches": 1, **kw})
     tr = Trainer(spec, lab_env)
     batch = tr.rollout(8, step=1)
     rng = np.random.default_rng(0)

@@ -65,10 +65,20 @@ def test_score_filter_equals_no_filter_run_for_run(cells):
             np.testing.assert_array_equal(r["df"][VAL_ACC].dropna().to_numpy(), none[r["seed"]].to_numpy())
 
 
-def test_unsafe_arms_collapse_in_at_least_8_of_9_runs(cells):
+def test_the_main_setting_is_the_specs_default(cells):
+    """The committed runs are the current main setting: two updates per step at lr 2.5e-3."""
+    from phantom.lab.spec import ArmSpec
+
+    for runs in cells.values():
+        for r in runs:
+            assert r["spec"]["mini_batches"] == ArmSpec().mini_batches == 2
+            assert r["spec"]["lr"] == ArmSpec().lr == 2.5e-3
+
+
+def test_unsafe_arms_collapse_in_every_run(cells):
     for arm in ("none", "score"):
         ends = [r["acc_end"] for sft in SFT_SEEDS for r in cells[arm, sft]]
-        assert sum(e <= 0.10 for e in ends) >= 8, (arm, ends)
+        assert all(e <= 0.10 for e in ends), (arm, ends)
 
 
 def test_length_falls_before_accuracy_in_2_of_3_seeds_per_warm_start(cells):
@@ -79,16 +89,13 @@ def test_length_falls_before_accuracy_in_2_of_3_seeds_per_warm_start(cells):
 
 
 def test_outcome_arm_and_drgrpo_do_not_collapse(cells):
-    """No outcome run ends more than 0.05 below its start; Dr. GRPO never collapses (every run ends above
-    0.1) and loses more than 0.05 in at most one of its nine runs (SFT seed 0, RL seed 2: 0.570 -> 0.414)."""
-    for sft in SFT_SEEDS:
-        for r in cells["outcome", sft]:
-            assert r["acc_end"] >= r["acc0"] - 0.05, ("outcome", sft, r["seed"], r["acc0"], r["acc_end"])
-    dr = [r for sft in SFT_SEEDS for r in cells["drgrpo", sft]]
-    assert all(r["acc_end"] > 0.1 for r in dr)
-    assert sum(r["acc_end"] < r["acc0"] - 0.05 for r in dr) <= 1, [(r["acc0"], r["acc_end"]) for r in dr]
+    """No outcome run ends more than 0.05 below its start; no Dr. GRPO run does either."""
+    for arm in ("outcome", "drgrpo"):
+        for sft in SFT_SEEDS:
+            for r in cells[arm, sft]:
+                assert r["acc_end"] >= r["acc0"] - 0.05, (arm, sft, r["seed"], r["acc0"], r["acc_end"])
 
 
-def test_outcome_arm_gains_on_average_in_every_warm_start(cells):
+def test_outcome_arm_gains_at_least_003_in_every_warm_start(cells):
     gains = {sft: float(np.mean([r["acc_end"] - r["acc0"] for r in cells["outcome", sft]])) for sft in SFT_SEEDS}
-    assert all(g > 0 for g in gains.values()), gains
+    assert all(g >= 0.03 for g in gains.values()), gains

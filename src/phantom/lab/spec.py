@@ -67,7 +67,7 @@ class ArmSpec:
     steps: int = 40
     prompts: int = 32  # train batch: groups per step
     rollouts: int = 5  # group size
-    lr: float = 3.5e-3  # LoRA adapters; 4e-3: the outcome arm turns noisy; see ARCHITECTURE.md's lab section
+    lr: float = 2.5e-3  # LoRA adapters, with 2 updates a step; 3.5e-3 there: the outcome arm loses (ARCHITECTURE.md)
     warmup_steps: int = 10  # linear lr warm-up (verl lr_warmup_steps); without it the first updates
     #                         alone cost every arm ~0.1 of held-out accuracy by step 5
     adam_beta2: float = 0.999
@@ -82,7 +82,8 @@ class ArmSpec:
     train_embeddings: bool = False  # False: the tied embedding/LM head stays fixed (as under the paper's LoRA)
     lora_rank: int = 8  # >0: LoRA adapters on every projection (paper: r=32 on 1.5B); 0: full fine-tuning
     lora_alpha: float = 16.0
-    mini_batches: int = 1  # optimizer steps per epoch (verl ppo_mini_batch_size = prompts/mini_batches)
+    mini_batches: int = 2  # optimizer steps per epoch (verl ppo_mini_batch_size = prompts/mini_batches);
+    #                        2 = the paper's artifact (ppo_mini_batch_size 16 of 32 prompts)
     ppo_epochs: int = 1
     temperature: float = 1.0
     max_new: int | None = None  # response cap in tokens; None: the SFT profile's (its evaluation cap)

@@ -1,4 +1,4 @@
-"""The CPU lab's main setting run through TRL's real ``GRPOTrainer`` (no vLLM): the collapse there.
+"""The CPU lab's earlier main setting run through TRL's real ``GRPOTrainer`` (no vLLM): the collapse there.
 
 Same warm start (:func:`phantom.lab.sft.ensure_sft_model`, loaded by ``transformers``), the same
 task and reward (``is_correct`` + the project's ``length_short`` as two TRL reward functions, so
@@ -36,7 +36,9 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 @dataclass(frozen=True)
 class TrlArmSpec:
-    """Every knob of one TRL lab run (defaults: the lab's ``ArmSpec`` main setting)."""
+    """Every knob of one TRL lab run (defaults: the lab's earlier ``ArmSpec`` main setting, one update per
+    step at lr 3.5e-3, which the committed runs in data/runs/trl_cpu_lab used; the lab now takes two
+    updates per step at lr 2.5e-3)."""
 
     arm: str = "outcome"
     lam: float = 0.3

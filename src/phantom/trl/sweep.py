@@ -1,6 +1,7 @@
 """The TRL sweep: the three arms x seeds, each a papermill execution of ``notebooks/trl_arm.py``.
 
-Profiles: ``full`` (the committed runs, ``data/runs/trl_cpu_lab``: the lab's main setting, 40 steps)
+Profiles: ``full`` (the committed runs, ``data/runs/trl_cpu_lab``: the lab's earlier main setting, one
+update per step, 40 steps)
 and ``quick`` (a few steps on a small batch, what the tests run). ``model`` is the lab SFT profile
 (its task comes with it), so when the lab's default changes one command redoes the committed runs::
 
