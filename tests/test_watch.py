@@ -172,3 +172,26 @@ def test_recorded_worked_answer_collapse_warns_on_length_first(capsys):
     assert alerts["length"].step < alerts["accuracy"].step
     assert "has not dropped yet" in alerts["length"].message
     assert f"length warned {alerts['accuracy'].step - alerts['length'].step} step(s) earlier" in out
+
+
+def test_committed_main_setting_collapses_warn_on_length_first(capsys):
+    """The lab's current main setting, read where its runs are committed (data/runs/lab_warmstarts): on every
+    no-filter run whose held-out length fell before its accuracy, `phantom watch --once` prints the length
+    warning as a leading indicator at an earlier step than the accuracy drop."""
+    from phantom.dynamics import run_dynamics
+    from phantom.runs import iter_runs
+
+    root = Path(__file__).resolve().parents[1] / "data" / "runs" / "lab_warmstarts"
+    checked = 0
+    for run in iter_runs(root, arm="none", estimator="grpo"):
+        if run_dynamics(run.path)["order"] != "length first":
+            continue
+        assert main([str(run.metrics_path), "--once", "--color", "never"]) == 1
+        out = capsys.readouterr().out
+        assert out.index("WARNING [length] LEADING INDICATOR") < out.index("WARNING [accuracy]"), run.name
+        tail = MetricsTail(run.metrics_path)
+        tail.poll()
+        alerts = {a.kind: a for a in detect(indicators(tail.rows)[0])}
+        assert alerts["length"].step < alerts["accuracy"].step, run.name
+        checked += 1
+    assert checked >= 6  # at least two of three RL seeds in each of the three warm starts
