@@ -79,7 +79,9 @@ class Counter:
             s = trainer.spec
             # forward + backward: 3 forwards' worth, 2 under LoRA (no weight gradients for frozen weights)
             fb = 2 if s.lora_rank else 3
-            passes = fb * s.ppo_epochs + (1 if (s.mini_batches > 1 or s.ppo_epochs > 1) else 0) + (s.kl_coef > 0)
+            # the old log-probs' no-grad pass runs for every mini-batch but the first (whose own first
+            # forward gives them); the KL reference pass for all
+            passes = fb * s.ppo_epochs + (s.mini_batches - 1) / s.mini_batches + (s.kl_coef > 0)
             for i in rows:
                 p, r = len(batch.prompt_ids[i]), len(batch.response_ids[i])
                 self.flops += passes * (sum(self.body(k + 1) for k in range(p + r - 1)) + r * self.head)
