@@ -286,7 +286,7 @@ def test_book_build_fails_loudly_when_a_chapter_needs_the_missing_lab(monkeypatc
 def test_book_build_reports_a_failed_sweep(monkeypatch):
     import types
 
-    def run_sweep(name, *, profile, jobs, on_cells_start=None):
+    def run_sweep(name, *, profile, jobs, runs_root=None, on_cells_start=None):
         raise RuntimeError("cell 3 failed")
 
     monkeypatch.setitem(sys.modules, "phantom.lab.sweep", types.SimpleNamespace(run_sweep=run_sweep))

@@ -82,3 +82,22 @@ def test_rules_chapter_trl_claims_follow_the_committed_runs(tmp_path):
     status = _statuses(res)
     assert status["trl-gate-holds"] == "fails", status
     assert status["trl-default-collapses"] == status["trl-dashboard-misses-the-phantom"] == "holds", status
+
+
+@pytest.mark.slow
+def test_chapter_run_reads_another_copy_of_the_paper_sweep(tmp_path):
+    """`-p sweep FILE -p runs_root DIR` (both relative to the repository root, from any working directory):
+    the chapter reads that copy's cells, runs nothing (they are finished), and its claims are checked there."""
+    rel = "data/runs/lab_paper_amd/sft1"
+    out = tmp_path / "ch7.ipynb"
+    proc = subprocess.run([sys.executable, "-m", "phantom.cli", "chapter", "run", "estimators", "-p", "sweep",
+                           f"{rel}/sweep.yaml", "-p", "runs_root", rel, "-o", str(out), "--force"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    nb = nbformat.read(out, as_version=4)
+    records = nb.metadata["phantom_claims"]["claims"]
+    assert records and all(r["status"] == "holds" for r in records), [r["key"] for r in records if r["status"] != "holds"]
+    glued = "".join(o.get("data", {}).get("application/papermill.record/text/plain", "")
+                    for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "0.418 → 0.000" in glued   # the DAPO score arm: this copy's start and end, not the build's
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "artifacts").exists()  # nothing was run or built

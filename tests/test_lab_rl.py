@@ -49,6 +49,11 @@ def test_smoke_run_writes_contract_metrics(lab_env, tmp_path):
                            else "c")  # the tiny model's shape is one the kernel reproduces
     for key in ("arm", "estimator", "lam", "kind", "seed", "steps", "kl_coef", "noise_p", "sampling"):
         assert key in m["spec"]
+    # which kind of CPU made the run (runs agree bit for bit only within one kind)
+    import torch
+
+    assert m["machine"]["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert m["machine"]["cores"] == os.cpu_count() and m["machine"]["arch"]
     df = read_metrics(run.path)
     assert list(df.index) == [0, 1, 2, 3]
     assert df.loc[[0, 2, 3], VAL_ACC].notna().all() and np.isnan(df.loc[1, VAL_ACC])

@@ -37,6 +37,7 @@ __all__ = [
     "iter_runs",
     "package_versions",
     "git_commit",
+    "machine",
     "write_json_atomic",
     "pid_alive",
 ]
@@ -91,6 +92,29 @@ def package_versions(names: tuple[str, ...] = ("phantom", "torch", "transformers
     for name in names:
         with contextlib.suppress(metadata.PackageNotFoundError):
             out[name] = metadata.version(name)
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """The CPU a run ran on: its model, core count and, when torch is loaded, the kernels torch chose.
+
+    Runs are deterministic per machine kind, not across kinds: torch and MKL pick their code paths by
+    CPU (vector width, vendor), and their sums round differently, so a warm start trained on one kind
+    ends a few bits away from another's and its runs diverge from there. The manifest says which kind made
+    a run, so two runs that differ can be told apart from two that should agree.
+    """
+    import sys
+
+    out: dict[str, Any] = {"arch": platform.machine(), "cores": os.cpu_count()}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                out["cpu"] = line.split(":", 1)[1].strip()
+                break
+    torch = sys.modules.get("torch")  # never imported here: the verl launcher and the audit stay light
+    if torch is not None:
+        with contextlib.suppress(Exception):
+            out["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     return out
 
 
@@ -201,7 +225,8 @@ class RunDir:
         write_json_atomic(run.manifest_path, {
             "name": name, "kind": kind, "status": "running", "spec": dict(spec), "spec_hash": spec_hash(spec),
             "created": now, "started": now, "finished": None, "pid": os.getpid(), "host": socket.gethostname(),
-            "versions": package_versions(), "malloc": malloc_in_use(), "git_commit": git_commit(),
+            "versions": package_versions(), "malloc": malloc_in_use(), "machine": machine(),
+            "git_commit": git_commit(),
             **dict(extra or {}),
         })
         return run

@@ -94,11 +94,16 @@ def chapter_main(argv: Sequence[str] | None = None) -> int:
     if out.suffix != ".ipynb":
         print(f"phantom chapter: output {out} must end in .ipynb", file=sys.stderr)
         return 2
+    # `-p sweep FILE -p runs_root DIR` points a lab chapter at another sweep (the paper sweep on another warm
+    # start): that sweep is the one run, into that folder, and the chapter reads it there
+    runs = ((root / str(params["runs_root"])).resolve() if params.get("runs_root") else None)  # absolute stays
     try:
-        sweep = chapter.meta().get("lab_sweep")
+        sweep = chapter.meta().get("lab_sweep") and (params.get("sweep") or chapter.meta()["lab_sweep"])
+        if sweep and Path(str(sweep)).suffix in (".yaml", ".yml"):
+            sweep = root / str(sweep)  # a sweep file is relative to the repository root, as the chapter reads it
         if sweep:
-            _run_lab_sweeps({str(sweep): [chapter.stem]}, args.profile, args.jobs)
-        res = execute_chapter(chapter, out, params, root=root, profile=args.profile, force=args.force)
+            _run_lab_sweeps({str(sweep): [chapter.stem]}, args.profile, args.jobs, runs_root=runs)
+        res = execute_chapter(chapter, out, params, root=root, profile=args.profile, runs=runs, force=args.force)
     except (ChapterError, LabMissing) as exc:
         print(f"phantom chapter: {exc}", file=sys.stderr)
         return 1
@@ -125,7 +130,7 @@ class LabMissing(RuntimeError):
 
 
 def _run_lab_sweeps(needs: Mapping[str, list[str]], profile: str, jobs: int,
-                    on_cells_start: Callable[[], None] | None = None) -> None:
+                    on_cells_start: Callable[[], None] | None = None, runs_root: Path | None = None) -> None:
     """Produce the lab runs the chapters need; refuse loudly when the lab is not available."""
     if not needs:
         return
@@ -140,7 +145,7 @@ def _run_lab_sweeps(needs: Mapping[str, list[str]], profile: str, jobs: int,
     for name, chapters in needs.items():
         log(f"lab sweep {name!r} (profile {profile}, {jobs} jobs)")
         try:
-            run_sweep(name, profile=profile, jobs=jobs, on_cells_start=on_cells_start)
+            run_sweep(name, profile=profile, runs_root=runs_root, jobs=jobs, on_cells_start=on_cells_start)
         except Exception as exc:  # SweepFailed or anything else: the chapters would show no results
             raise RuntimeError(f"lab sweep {name!r} (profile {profile}) needed by {', '.join(chapters)} "
                                f"failed: {exc}") from exc

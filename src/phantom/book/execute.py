@@ -145,6 +145,9 @@ def cache_key(chapter: Chapter, params: Mapping[str, Any], *, root: Path, runs: 
     for py in sorted(phantom_modules(nb)):
         _hash_file(h, py, str(py.relative_to(_PKG)))
     meta = dict(nb.metadata.get("phantom") or {})
+    sweep_file = (root / str(params.get("sweep", ""))) if params.get("sweep") else None
+    if sweep_file is not None and sweep_file.is_file():  # `-p sweep FILE`: the cells it defines
+        _hash_file(h, sweep_file, "sweep")
     for pattern in meta.get("inputs", []) or []:
         matches = sorted(root.glob(pattern))
         if not matches:

@@ -54,13 +54,19 @@ def load_cells(profile: str = "", runs_root: str | os.PathLike[str] = "",
                sweep: str | os.PathLike[str] = "paper") -> pd.DataFrame:
     """One row per sweep cell (spec fields, status, endpoint summary), with ``done`` and ``label``.
 
+    ``sweep`` is a sweep's name or its file: the paper sweep's copy with another ``sft_seed`` (run with
+    ``phantom lab sweep FILE --runs-dir DIR``) lets a chapter's claims be checked on another warm start.
+
     ``done`` is True only for a run folder whose manifest says ``status: done``; the table also
     carries ``runs_root`` and ``profile`` in ``attrs``.
     """
+    from phantom.book.chapters import repo_root
     from phantom.figures import ARM_LABELS
     from phantom.lab.sweep import sweep_table
 
     prof, root = resolve_profile(profile), resolve_runs(runs_root)
+    if Path(sweep).suffix in (".yaml", ".yml") and not Path(sweep).is_absolute():
+        sweep = repo_root() / sweep  # a sweep file, like runs_root, is relative to the repository root
     table = sweep_table(sweep, profile=prof, runs_root=root)
     table["done"] = table["status"].eq("done")
     table["label"] = [ARM_LABELS.get(a, a) for a in table["arm"]]
