@@ -97,7 +97,53 @@ def test_chapter_run_reads_another_copy_of_the_paper_sweep(tmp_path):
     nb = nbformat.read(out, as_version=4)
     records = nb.metadata["phantom_claims"]["claims"]
     assert records and all(r["status"] == "holds" for r in records), [r["key"] for r in records if r["status"] != "holds"]
-    glued = "".join(o.get("data", {}).get("application/papermill.record/text/plain", "")
-                    for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "0.418 → 0.000" in glued   # the DAPO score arm: this copy's start and end, not the build's
+    glued = {o["metadata"]["scrapbook"]["name"]: o["data"]["application/papermill.record/text/plain"]
+             for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+             if "scrapbook" in o.get("metadata", {})}
+    dapo = [json.loads(m.read_text()) for m in (ROOT / rel).glob("lab-score-daposcore-*/manifest.json")]
+    assert len(dapo) == 1
+    summary = dapo[0]["summary"]  # the DAPO score arm: this copy's start and end, not the build's
+    assert glued["dapo_score_acc"] == repr(f"{summary['start_acc']:.3f} → {summary['final_acc']:.3f}")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "artifacts").exists()  # nothing was run or built
+
+
+@pytest.mark.slow
+def test_chapter_run_on_another_copy_exits_1_when_a_claim_fails(tmp_path):
+    """Pointing a chapter at other data of the same experiment re-checks its prose: where that copy's DAPO
+    acc arm loses its accuracy, the claim that it holds fails and `phantom chapter run` exits 1 (any other
+    -p only explores, and exits 0)."""
+    copy = tmp_path / "sft1"
+    shutil.copytree(ROOT / "data" / "runs" / "lab_paper_amd" / "sft1", copy)
+    (acc_arm,) = copy.glob("lab-outcome-dapoacc-*")
+    path = acc_arm / "metrics.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    for rec in lines:  # every validation after the start: accuracy 0
+        for key in ("val-core/phantom_lab/acc/mean@1", "phantom/val/acc_true"):
+            if rec["step"] > 0 and key in rec["data"]:
+                rec["data"][key] = 0.0
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
+    manifest = json.loads((acc_arm / "manifest.json").read_text())
+    manifest["summary"].update(final_acc=0.0, min_acc=0.0)
+    (acc_arm / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "ch7.ipynb"
+    proc = subprocess.run([sys.executable, "-m", "phantom.cli", "chapter", "run", "estimators", "-p", "sweep",
+                           str(copy / "sweep.yaml"), "-p", "runs_root", str(copy), "-o", str(out), "--force"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert "states claims its data do not support" in proc.stderr
+    records = {r["key"]: r["status"] for r in nbformat.read(out, as_version=4).metadata["phantom_claims"]["claims"]}
+    assert records["dapo-score-falls-acc-holds"] == "fails", records
+
+
+def test_chapter_run_names_a_missing_sweep_file(tmp_path, capsys):
+    """A sweep file that is not there: exit 2, naming the value and the allowed ones, nothing run or written."""
+    from phantom.book.build import chapter_main
+
+    out = tmp_path / "ch7.ipynb"
+    rc = chapter_main(["run", "estimators", "-p", "sweep", "data/runs/nowhere/sweep.yaml", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'data/runs/nowhere/sweep.yaml' does not exist" in err and "paper" in err, err
+    assert not out.exists()
+    rc = chapter_main(["run", "estimators", "-p", "sweep", "papr", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "sweep 'papr' is unknown; allowed:" in err and "warmstarts" in err, err

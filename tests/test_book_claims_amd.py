@@ -9,6 +9,7 @@ about that machine; this test is where such a claim fails before a reader's buil
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -44,20 +45,28 @@ def test_each_copy_is_the_paper_sweep_on_its_warm_start():
             m = r.manifest()
             assert m["status"] == "done" and m["spec"]["profile"] == "full"
             assert m["sft"]["key"] == runs[0].manifest()["sft"]["key"]  # one warm start per folder
+            assert m["sweep"]["name"] == mine["name"], (name, r.name)  # the file is the one the runs ran
+            assert m["git_commit"].startswith("208f05b")  # as the README says
+            if "machine" in m:  # sft2's manifests record it (sft0 and sft1 predate the field)
+                assert m["machine"]["torch_cpu_capability"] == "AVX2" and "AMD" in m["machine"]["cpu"]
+    readme = " ".join((AMD / "README.md").read_text().split())
+    with_machine = [n for n in SWEEPS if all("machine" in r.manifest() for r in iter_runs(AMD / n))]
+    assert with_machine == ["sft2"] and "those of `sft2` record it" in readme
     starts = {r.manifest()["summary"]["start_acc"] for name in SWEEPS for r in iter_runs(AMD / name)
               if r.manifest()["spec"]["task"]["terms"] == [4, 6] and not r.manifest()["spec"]["noise_p"]}
     assert len(starts) == 3  # three different warm starts
 
 
 def _cells(name: str) -> dict[tuple, dict]:
-    """(group, estimator, arm, seed[, lam in the lam group]) -> the run's dynamics row and metrics."""
+    """(group, estimator, arm, seed[, lam | noise_p]) -> the run's dynamics row and metrics."""
     out = {}
     for run in iter_runs(AMD / name):
         m = run.manifest()
         s = m["spec"]
         row = {**run_dynamics(run.path), "df": read_metrics(run.path)}
+        extra = {"lam": (s["lam"],), "noise": (s["noise_p"],)}
         for g in m["sweep"]["groups"]:
-            out[(g, s["estimator"], s["arm"], s["seed"], *((s["lam"],) if g == "lam" else ()))] = row
+            out[(g, s["estimator"], s["arm"], s["seed"], *extra.get(g, ()))] = row
     return out
 
 
@@ -67,34 +76,81 @@ def _first_below(df, threshold=0.10):
     return int(below.index[0]) if len(below) else None
 
 
+def _readme_rows(text: str) -> dict[str, list[str]]:
+    """The README's table: SFT seed -> its cells (the header and the rule row left out)."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("|")]
+    return {r[0]: r[1:] for r in rows[2:]}
+
+
+def _ends(rows: list[dict]) -> str:
+    return " / ".join(f"{r['acc_end']:.3f}" for r in rows)
+
+
 def test_the_readme_table_and_statements():
+    """Every number of the README, computed again from the committed run logs."""
+    readme = (AMD / "README.md").read_text()
+    text = " ".join(readme.split())  # the statements, whatever their line breaks
+    table = _readme_rows(readme)
     cells = {name: _cells(name) for name in SWEEPS}
-    starts = [cells[n][("core", "grpo", "none", 0)]["acc0"] for n in SWEEPS]
-    assert [round(v, 3) for v in starts] == [0.613, 0.418, 0.570]
+    assert sorted(table) == [n.removeprefix("sft") for n in SWEEPS]
+    unsafe_ends, none_lf, out_changes = [], 0, []
     for n in SWEEPS:
         c = cells[n]
         none = [c[("core", "grpo", "none", s)] for s in range(3)]
+        score = [c[("core", "grpo", "score", s)] for s in range(3)]
         out = [c[("core", "grpo", "outcome", s)] for s in range(3)]
-        assert round(max(r["acc_end"] for r in none), 3) <= 0.031
-        assert sum(r["order"] == "length first" for r in none) >= 2
-        assert not any(r["order"] == "accuracy first" for r in none)
-        assert np.mean([r["acc_end"] - r["acc0"] for r in out]) >= 0.03
-        assert min(r["acc_end"] - r["acc0"] for r in out) >= -0.05
-        assert c[("estimators", "drgrpo", "none", 0)]["acc_end"] > 0.10
-        # GSPO: clip 0.2 loses its outcome arm; verl's clip keeps it and delays (or prevents) the unsafe collapse
-        gs_o, ct_o = c[("estimators", "gspo", "outcome", 0)], c[("gspo_clip", "gspo", "outcome", 0)]
-        assert gs_o["acc_end"] < gs_o["acc0"] - 0.1 and ct_o["acc_end"] > 0.10
-        wide, tight = (_first_below(c[(g, "gspo", "none", 0)]["df"]) for g in ("estimators", "gspo_clip"))
-        assert wide is not None and (tight is None or tight > wide)
-        # DAPO: the score filter refills in fewer steps than the acc filter
-        refills = {a: int((c[("dapo", "grpo", a, 0)]["df"]["phantom/gen_batches"].dropna() > 1).sum())
-                   for a in ("score", "outcome")}
-        assert refills["score"] < refills["outcome"] == 40
-    assert round(np.mean([cells["sft1"][("core", "grpo", "outcome", s)]["acc_end"] for s in range(3)]) - starts[1], 3) \
-        == 0.198
+        gain = float(np.mean([r["acc_end"] - r["acc0"] for r in out]))
+        assert table[n.removeprefix("sft")] == [
+            f"{none[0]['acc0']:.3f}", _ends(none), ", ".join(r["order"] for r in none),
+            f"{_ends(out)} (mean {gain:+.3f})", f"{c[('estimators', 'drgrpo', 'none', 0)]['acc_end']:.3f}"], n
+        assert [r["acc_end"] for r in score] == [r["acc_end"] for r in none]  # shaped score = no filter
+        unsafe_ends += [r["acc_end"] for r in none + score]
+        none_lf += sum(r["order"] == "length first" for r in none)
+        assert not any(r["order"] == "accuracy first" for r in none + score)
+        assert gain >= 0.03
+        out_changes += [r["acc_end"] - r["acc0"] for r in out]
+    low = sum(v <= 0.10 for v in unsafe_ends) // 2  # per arm (the two unsafe arms log the same)
+    assert f"at or below 0.10 in {low} of {len(unsafe_ends) // 2} runs each (at most {max(unsafe_ends):.3f})" in text
+    assert f"length falls first in {none_lf} of 9 no-filter runs" in text
+    assert min(out_changes) >= -0.05 and f"(the lowest is {min(out_changes):.3f})" in text
+
+    # GSPO: clip 0.2 loses the outcome arm's accuracy everywhere; its answers grew on one warm start only
+    gs = {n: cells[n][("estimators", "gspo", "outcome", 0)] for n in SWEEPS}
+    assert all(r["acc_end"] < r["acc0"] - 0.1 for r in gs.values())
+    grew = [r for r in gs.values() if r["len_end"] > r["len0"]]
+    assert len(grew) == 1 and f"({grew[0]['len0']:.0f} -> {grew[0]['len_end']:.0f} characters)" in text
+    ct = [cells[n][("gspo_clip", "gspo", "outcome", 0)] for n in SWEEPS]
+    assert all(r["acc_end"] > 0.10 for r in ct) and sum(r["acc_end"] < r["acc0"] for r in ct) == 2
+    for n in SWEEPS:  # verl's clip delays the unsafe collapse, or prevents it within the run
+        wide, tight = (_first_below(cells[n][(g, "gspo", "none", 0)]["df"]) for g in ("estimators", "gspo_clip"))
+        assert wide is not None and (tight is None or tight > wide), n
+
+    # DAPO: refills in fewer steps under the score filter; budget spent only on SFT seed 1
+    refills = {n: {a: int((cells[n][("dapo", "grpo", a, 0)]["df"]["phantom/gen_batches"].dropna() > 1).sum())
+                   for a in ("score", "outcome")} for n in SWEEPS}
+    score_r = [r["score"] for r in refills.values()]
+    assert all(r["score"] < r["outcome"] == 40 for r in refills.values())
+    assert f"({min(score_r)}-{max(score_r)} of 40 against 40)" in text
     seed2 = cells["sft2"][("dapo", "grpo", "score", 0)]
-    assert _first_below(seed2["df"]) is None and round(seed2["acc0"] - seed2["acc_end"], 2) == 0.28
-    assert round(cells["sft2"][("lam", "grpo", "none", 0, 0.1)]["acc_end"], 3) == 0.367
+    assert _first_below(seed2["df"]) is None and f"lost {seed2['acc0'] - seed2['acc_end']:.2f} of accuracy" in text
+    spent = {n: int(cells[n][("dapo", "grpo", "score", 0)]["df"]["phantom/dapo/exhausted"].dropna().sum())
+             for n in SWEEPS}
+    first = _first_below(cells["sft1"][("dapo", "grpo", "score", 0)]["df"])
+    exhausted_at = cells["sft1"][("dapo", "grpo", "score", 0)]["df"]["phantom/dapo/exhausted"].dropna()
+    assert [n for n, v in spent.items() if v] == ["sft1"] and f"only on SFT seed 1 ({spent['sft1']} steps" in text
+    assert first is not None and int(exhausted_at[exhausted_at > 0].index.min()) > first  # all after the collapse
+
+    # λ = 0.1 and verifier noise
+    lam01 = {n: cells[n][("lam", "grpo", "none", 0, 0.1)]["acc_end"] for n in SWEEPS}
+    assert lam01["sft2"] > 0.10 and all(v <= 0.10 for n, v in lam01.items() if n != "sft2")
+    assert f"ended at {lam01['sft2']:.3f} on SFT seed 2" in text
+    true_end = {p: float(cells["sft0"][("noise", "grpo", "outcome", 0, p)]["df"]["phantom/val/acc_true"].dropna().iloc[-1])
+                for p in (0.05,)}
+    clean = float(cells["sft0"][("core", "grpo", "outcome", 0)]["df"]["phantom/val/acc_true"].dropna().iloc[-1])
+    light = cells["sft0"][("noise", "grpo", "outcome", 0, 0.05)]["df"]["phantom/val/acc_true"].dropna()
+    assert f"ended {clean - true_end[0.05]:.3f} below the clean cell on SFT seed 0" in text
+    assert light.iloc[-1] >= light.iloc[0] - 0.05  # "though within 0.05 of its start"
 
 
 @pytest.mark.slow
@@ -111,3 +167,75 @@ def test_every_lab_chapter_claim_holds_on_the_other_machine(sweep, tmp_path):
         if bad:
             failed[short] = bad
     assert not failed, failed
+
+
+HELDOUT = ROOT / "data" / "runs" / "lab_paper_amd_heldout"
+
+
+def _failing_claims_listed() -> set[str]:
+    """The claim keys the held-out folder's README lists as not holding there (lines '- `key`: ...')."""
+    text = (HELDOUT / "README.md").read_text()
+    return {m.group(1) for line in text.splitlines() if (m := re.match(r"- `([a-z0-9-]+)`: ", line))}
+
+
+def test_the_held_out_warm_start_and_its_longer_runs():
+    """SFT seed 3's copy is the paper sweep on that warm start, every cell finished; the two longer runs are
+    its non-collapsed no-filter runs run on, the same values at every step of the first 40."""
+    paper = yaml.safe_load((ROOT / "src" / "phantom" / "lab" / "sweeps" / "paper.yaml").read_text())
+    mine = load_sweep(HELDOUT / "sft3" / "sweep.yaml")
+    assert mine["groups"] == paper["groups"] and mine["base"] == {**paper["base"], "sft_seed": 3}
+    runs = {r.name: r for r in iter_runs(HELDOUT / "sft3")}
+    assert sorted(runs) == sorted(c.name for c in expand(mine, "full"))
+    for r in runs.values():
+        m = r.manifest()
+        assert m["status"] == "done" and m["sweep"]["name"] == mine["name"]
+        assert m["machine"]["torch_cpu_capability"] == "AVX2" and "AMD" in m["machine"]["cpu"]
+    none = {r.manifest()["spec"]["seed"]: r for r in runs.values()
+            if "core" in r.manifest()["sweep"]["groups"] and r.manifest()["spec"]["arm"] == "none"}
+    held = sorted(s for s, r in none.items() if r.manifest()["summary"]["final_acc"] > 0.10)
+    longer = list(iter_runs(HELDOUT / "long"))
+    assert sorted(r.manifest()["spec"]["seed"] for r in longer) == held and held
+    for r in longer:
+        spec = r.manifest()["spec"]
+        short = none[spec["seed"]]
+        assert spec["steps"] > 40 and spec["sft_seed"] == 3
+        assert {k: v for k, v in spec.items() if k not in ("steps", "profile")} == \
+            {k: v for k, v in short.manifest()["spec"].items() if k not in ("steps", "profile")}
+        a, b = read_metrics(r.path), read_metrics(short.path)
+        for key in (VAL_ACC, "response_length/mean", "phantom/frac/all_fail"):
+            x, y = a[key].dropna().loc[:40], b[key].dropna()
+            assert len(y) and np.array_equal(x.to_numpy(), y.to_numpy()), key  # a continuation, bit for bit
+
+    # the README's numbers, from the logs
+    text = " ".join((HELDOUT / "README.md").read_text().split())
+    dyn = {s: run_dynamics(r.path) for s, r in none.items()}
+    out = [run_dynamics(r.path) for r in runs.values()
+           if "core" in r.manifest()["sweep"]["groups"] and r.manifest()["spec"]["arm"] == "outcome"]
+    gain = np.mean([d["acc_end"] - d["acc0"] for d in out])
+    ends = " / ".join(f"{dyn[s]['acc_end']:.3f}" for s in range(3))
+    assert f"| {dyn[0]['acc0']:.3f} | {ends} |" in text
+    assert f"{', '.join(dyn[s]['order'] for s in range(3))} |" in text
+    assert f"(mean {gain:+.3f})" in text and f"gains ({gain:+.3f})" in text
+    long = {r.manifest()["spec"]["seed"]: run_dynamics(r.path) for r in longer}
+    assert [long[s]["acc_end"] for s in held] == [0.0, 0.0] and all(long[s]["len_step"] == 10 for s in held)
+    assert f"accuracy at {' and '.join(str(long[s]['acc_step']) for s in held)})" in text
+    lead = [long[s]["acc_step"] - long[s]["len_step"] for s in held]
+    assert f"falls {lead[0]} and {lead[1]} steps after their length" in text
+    seed1 = dyn[1]
+    assert seed1["acc_end"] <= 0.10 and f"{seed1['acc_step'] - seed1['len_step']} steps after" in text
+
+
+@pytest.mark.slow
+def test_the_claims_that_fail_on_the_held_out_warm_start_are_the_ones_listed(tmp_path):
+    """Out of sample the book does not hold everywhere: exactly the claims the README lists fail there."""
+    folder = HELDOUT / "sft3"
+    failed, total = set(), 0
+    for short in CHAPTERS:
+        res = execute_chapter(resolve_chapter(short, ROOT), tmp_path / f"{short}.ipynb",
+                              {"profile": "full", "sweep": str(folder / "sweep.yaml"), "runs_root": str(folder)},
+                              root=ROOT, runs=folder)
+        total += len(res.claims)
+        failed |= {r["key"] for r in res.claims if r["status"] == "fails"}
+    assert failed == _failing_claims_listed(), failed
+    readme = " ".join((HELDOUT / "README.md").read_text().split())
+    assert f"{len(failed)} of the {total} claims" in readme

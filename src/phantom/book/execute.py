@@ -132,9 +132,10 @@ def cache_key(chapter: Chapter, params: Mapping[str, Any], *, root: Path, runs: 
     """Content hash of what determines a chapter's executed notebook.
 
     Covers the chapter source, the parameters, the phantom package's source (chapters compute with
-    it), the inputs the chapter declares, the finished run folders when it reads runs (the runs root
-    for ``reads_runs``/``lab_sweep``, the folder a ``run_root`` parameter names), and the versions of
-    the libraries that shape its outputs.
+    it), the inputs the chapter declares, the sweep file a ``sweep`` parameter names, the finished run
+    folders when it reads runs (the runs root for ``reads_runs``/``lab_sweep``, however it is given; the
+    folder a ``run_root`` parameter names; any other folder a parameter names instead of a committed
+    one, with its sweep copies), and the versions of the libraries that shape its outputs.
     """
     from importlib import metadata
 
@@ -145,9 +146,11 @@ def cache_key(chapter: Chapter, params: Mapping[str, Any], *, root: Path, runs: 
     for py in sorted(phantom_modules(nb)):
         _hash_file(h, py, str(py.relative_to(_PKG)))
     meta = dict(nb.metadata.get("phantom") or {})
-    sweep_file = (root / str(params.get("sweep", ""))) if params.get("sweep") else None
-    if sweep_file is not None and sweep_file.is_file():  # `-p sweep FILE`: the cells it defines
-        _hash_file(h, sweep_file, "sweep")
+    if params.get("sweep"):  # `-p sweep NAME|FILE`: the cells it defines (a bad value fails at the run)
+        with contextlib.suppress(ImportError, ValueError):
+            from phantom.lab.sweep import sweep_file
+
+            h.update(b"sweep:" + sweep_file(str(params["sweep"]), root).read_bytes())
     for pattern in meta.get("inputs", []) or []:
         matches = sorted(root.glob(pattern))
         if not matches:
@@ -158,9 +161,16 @@ def cache_key(chapter: Chapter, params: Mapping[str, Any], *, root: Path, runs: 
     if meta.get("reads_runs") or meta.get("lab_sweep"):
         from phantom.runs import runs_root
 
-        bases.append(("run", runs or runs_root()))
+        given = params.get("runs_root")  # the folder the kernel reads, however the caller named it
+        bases.append(("run", runs or ((root / str(given)).resolve() if given else runs_root())))
     if "run_root" in chapter.parameters():  # a chapter that reads the run folders under a parameter
         bases.append(("run_root", (root / str(params.get("run_root", chapter.parameters()["run_root"]))).resolve()))
+    for name, value in sorted(params.items()):  # `-p warmstarts DIR` etc.: a committed folder given instead
+        folder = root / str(value) if isinstance(value, str) and value and name not in ("runs_root", "run_root") else None
+        if folder is not None and folder.is_dir():
+            bases.append((f"param:{name}", folder.resolve()))
+            for sweep_copy in sorted(folder.glob("**/sweep.yaml")):  # the copies' cells (lab_paper_amd)
+                _hash_file(h, sweep_copy, f"param:{name}:{sweep_copy.relative_to(folder)}")
     for tag, base in bases:
         for run in _run_folders(base):
             _hash_file(h, run / "manifest.json", f"{tag}:{run.relative_to(base)}")

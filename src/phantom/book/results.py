@@ -62,11 +62,11 @@ def load_cells(profile: str = "", runs_root: str | os.PathLike[str] = "",
     """
     from phantom.book.chapters import repo_root
     from phantom.figures import ARM_LABELS
-    from phantom.lab.sweep import sweep_table
+    from phantom.lab.sweep import sweep_file, sweep_table
 
     prof, root = resolve_profile(profile), resolve_runs(runs_root)
-    if Path(sweep).suffix in (".yaml", ".yml") and not Path(sweep).is_absolute():
-        sweep = repo_root() / sweep  # a sweep file, like runs_root, is relative to the repository root
+    if Path(sweep).suffix in (".yaml", ".yml"):
+        sweep = sweep_file(sweep, repo_root())  # a sweep file, like runs_root, is relative to the repository root
     table = sweep_table(sweep, profile=prof, runs_root=root)
     table["done"] = table["status"].eq("done")
     table["label"] = [ARM_LABELS.get(a, a) for a in table["arm"]]

@@ -88,17 +88,23 @@ def list_sweeps() -> list[str]:
     return sorted(p.name[:-5] for p in _sweep_dir().iterdir() if p.name.endswith(".yaml"))
 
 
+def sweep_file(name_or_path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> Any:
+    """The YAML file of a packaged sweep name or a ``.yaml`` path, relative to ``root`` if given (the
+    repository root, as chapters name sweep files), else to the working directory: one resolver, so the
+    runner, the chapter cache key and the chapter read the same file."""
+    p, is_file = Path(name_or_path), Path(name_or_path).suffix in (".yaml", ".yml")
+    full = Path(root) / p if root is not None and not p.is_absolute() else p
+    if is_file and full.is_file():
+        return full
+    if is_file or str(name_or_path) not in list_sweeps():
+        what = f"sweep file {str(p)!r} does not exist (looked for {full})" if is_file else f"sweep {str(p)!r} is unknown"
+        raise ValueError(f"{what}; allowed: {', '.join(list_sweeps())} or a path to a .yaml file")
+    return _sweep_dir().joinpath(f"{name_or_path}.yaml")
+
+
 def load_sweep(name_or_path: str | os.PathLike[str]) -> dict[str, Any]:
     """A sweep definition by package name (``paper``) or by file path."""
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") and p.is_file():
-        text = p.read_text()
-    else:
-        if str(name_or_path) not in list_sweeps():
-            raise ValueError(f"sweep {str(name_or_path)!r} is unknown; allowed: {', '.join(list_sweeps())} "
-                             "or a path to a .yaml file")
-        text = _sweep_dir().joinpath(f"{name_or_path}.yaml").read_text()
-    d = yaml.safe_load(text) or {}
+    d = yaml.safe_load(sweep_file(name_or_path).read_text()) or {}
     if not isinstance(d.get("groups"), dict) or not d["groups"]:
         raise ValueError(f"sweep {name_or_path!s} has no groups (a mapping of group name -> set/grid)")
     return d
