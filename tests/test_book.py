@@ -212,6 +212,26 @@ def test_cache_key_follows_the_run_folders_a_run_root_parameter_names(tmp_path):
     assert cache_key(ch, params, root=ROOT, runs=lab) != k0
 
 
+def test_a_runs_root_parameter_names_the_folder_the_key_hashes_and_the_kernel_reads(tmp_path):
+    """`execute_chapter(ch, out, {"runs_root": DIR})` without `runs=`: the key must follow DIR's runs (a
+    stale cache otherwise), and the kernel's $PHANTOM_RUNS is the same folder."""
+    from phantom.book.execute import chapter_env, chapter_runs
+
+    root = write_book(tmp_path / "b", meta="phantom:\n  reads_runs: true\n")
+    ch = Chapter(root / "book" / "chapters" / "01_alpha.md")
+    (root / "copy" / "r1").mkdir(parents=True)
+    (root / "copy" / "r1" / "manifest.json").write_text(json.dumps({"status": "done"}))
+    (root / "copy" / "r1" / "metrics.jsonl").write_text('{"step": 0, "data": {}}\n')
+    params = {"runs_root": "copy"}
+    runs = chapter_runs(params, root)
+    assert runs == (root / "copy").resolve()
+    assert chapter_env(root, "full", runs)["PHANTOM_RUNS"] == str(runs)
+    k0 = cache_key(ch, params, root=root, runs=runs)
+    (root / "copy" / "r1" / "metrics.jsonl").write_text('{"step": 0, "data": {}}\n{"step": 1, "data": {}}\n')
+    assert cache_key(ch, params, root=root, runs=chapter_runs(params, root)) != k0
+    assert chapter_runs(params, root, tmp_path / "given") == tmp_path / "given"  # an explicit folder wins
+
+
 def test_phantom_modules_follow_imports_transitively_but_not_book_plumbing():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("from phantom.advantages import group_advantages\n%time x")])
     names = {p.name for p in phantom_modules(nb)}

@@ -110,8 +110,8 @@ def test_chapter_run_reads_another_copy_of_the_paper_sweep(tmp_path):
 @pytest.mark.slow
 def test_chapter_run_on_another_copy_exits_1_when_a_claim_fails(tmp_path):
     """Pointing a chapter at other data of the same experiment re-checks its prose: where that copy's DAPO
-    acc arm loses its accuracy, the claim that it holds fails and `phantom chapter run` exits 1 (any other
-    -p only explores, and exits 0)."""
+    acc arm loses its accuracy, the claim that it holds fails and `phantom chapter run` exits 1 (what counts
+    as the same experiment: test_only_the_chapters_sweep_on_another_warm_start_rechecks)."""
     copy = tmp_path / "sft1"
     shutil.copytree(ROOT / "data" / "runs" / "lab_paper_amd" / "sft1", copy)
     (acc_arm,) = copy.glob("lab-outcome-dapoacc-*")
@@ -133,6 +133,30 @@ def test_chapter_run_on_another_copy_exits_1_when_a_claim_fails(tmp_path):
     assert "states claims its data do not support" in proc.stderr
     records = {r["key"]: r["status"] for r in nbformat.read(out, as_version=4).metadata["phantom_claims"]["claims"]}
     assert records["dapo-score-falls-acc-holds"] == "fails", records
+
+
+def test_only_the_chapters_sweep_on_another_warm_start_rechecks(tmp_path):
+    """A failed claim exits 1 only when the data are the chapter's experiment: its own sweep, or a copy that
+    differs in `sft_seed` alone (each committed copy of `paper`); another sweep, a copy with one setting
+    changed, or any other -p explores (its failed claims are reported, and the run exits 0)."""
+    import yaml
+
+    from phantom.book.build import rechecks, same_experiment
+
+    copies = sorted((ROOT / "data" / "runs").glob("lab_paper_amd*/sft*/sweep.yaml"))
+    assert len(copies) == 4
+    for f in copies:
+        assert same_experiment("paper", str(f), ROOT), f
+    assert not same_experiment("paper", "knobs", ROOT)
+    changed = yaml.safe_load(copies[-1].read_text())
+    changed["base"]["lr"] = 3.5e-3
+    (tmp_path / "lr.yaml").write_text(yaml.safe_dump(changed))
+    assert not same_experiment("paper", str(tmp_path / "lr.yaml"), ROOT)
+    ch7 = resolve_chapter("estimators", ROOT)
+    assert rechecks(ch7, {}, [], ROOT)
+    assert rechecks(ch7, {"sweep": str(copies[-1]), "runs_root": "x"}, ["sweep", "runs_root"], ROOT)
+    assert not rechecks(ch7, {"sweep": str(tmp_path / "lr.yaml")}, ["sweep"], ROOT)
+    assert not rechecks(ch7, {"sweep": str(copies[-1])}, ["sweep", "lam"], ROOT)
 
 
 def test_chapter_run_names_a_missing_sweep_file(tmp_path, capsys):

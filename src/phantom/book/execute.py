@@ -128,6 +128,16 @@ def phantom_modules(nb: Any) -> set[Path]:
     return set(seen.values())
 
 
+def chapter_runs(params: Mapping[str, Any], root: Path, runs: Path | None = None) -> Path:
+    """The runs folder a chapter's kernel reads: ``runs`` if given, else a ``runs_root`` parameter (relative
+    to the repository root, as the chapter resolves it), else ``$PHANTOM_RUNS`` or ``runs/``. The cache key
+    and the kernel's environment both take it from here, so they cannot name different folders."""
+    from phantom.runs import runs_root
+
+    given = params.get("runs_root")
+    return runs or ((root / str(given)).resolve() if given else runs_root())
+
+
 def cache_key(chapter: Chapter, params: Mapping[str, Any], *, root: Path, runs: Path | None = None) -> str:
     """Content hash of what determines a chapter's executed notebook.
 
@@ -159,10 +169,7 @@ def cache_key(chapter: Chapter, params: Mapping[str, Any], *, root: Path, runs: 
             _hash_file(h, path, str(path.relative_to(root)))
     bases: list[tuple[str, Path]] = []
     if meta.get("reads_runs") or meta.get("lab_sweep"):
-        from phantom.runs import runs_root
-
-        given = params.get("runs_root")  # the folder the kernel reads, however the caller named it
-        bases.append(("run", runs or ((root / str(given)).resolve() if given else runs_root())))
+        bases.append(("run", chapter_runs(params, root, runs)))
     if "run_root" in chapter.parameters():  # a chapter that reads the run folders under a parameter
         bases.append(("run_root", (root / str(params.get("run_root", chapter.parameters()["run_root"]))).resolve()))
     for name, value in sorted(params.items()):  # `-p warmstarts DIR` etc.: a committed folder given instead
@@ -307,11 +314,9 @@ def execute_chapter(chapter: Chapter, out: Path, params: Mapping[str, Any] | Non
     import nbformat
     import papermill
 
-    from phantom.runs import runs_root
-
     root = root or repo_root()
-    runs = runs or runs_root()
     params = dict(params or {})
+    runs = chapter_runs(params, root, runs)
     start = time.perf_counter()
     key = cache_key(chapter, params, root=root, runs=runs)
     cache = _cache_dir(root)
