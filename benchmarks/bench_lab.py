@@ -14,11 +14,17 @@ The analytic count is cross-checked once against ``torch.utils.flop_counter`` on
 
 usage: python benchmarks/bench_lab.py [--steps 40] [--arms none,outcome] [--model lab] [--matmul 384]
                                      [--checkpoint DIR --set key=value ...] [--decode torch,c --rounds 2]
+                                     [--threads 1,2]
 
 ``--decode torch,c`` runs every arm once per decode path (``$PHANTOM_DECODE``: torch's ops, the
 baseline, and the C decode kernel), alternating their order over ``--rounds`` so the machine's drift
 hits both alike, and adds a table of wall-time ratios against torch's path in the same run and
 whether the two logged the same values (they must: the kernel is bit-identical by construction).
+
+``--threads 1,2`` does the same for torch thread counts (``Trainer(threads=...)``, which keeps more than
+one only where ``phantom.lab.threads`` finds they change no number; the table says how many were used),
+both combined where both are given. An arm's wall time starts before its trainer is built, so it
+includes that probe.
 
 ``--checkpoint`` runs the same loop on another checkpoint folder (e.g. an older lab's, to compare code
 versions on one model); ``--set`` overrides ArmSpec fields (``--set task='{"terms": [2, 5]}'``).
@@ -132,10 +138,14 @@ def main() -> None:
                     help="ArmSpec field for every arm")
     ap.add_argument("--decode", default="", help="comma-separated decode paths to compare (torch,c); "
                     "default: the environment's ($PHANTOM_DECODE, else c)")
-    ap.add_argument("--rounds", type=int, default=1, help="with --decode: rounds, alternating the paths' order")
+    ap.add_argument("--threads", default="1", help="comma-separated torch thread counts to compare (1,2); "
+                    "an arm keeps more than one only where phantom.lab.threads finds they change no number")
+    ap.add_argument("--rounds", type=int, default=1, help="with --decode or --threads: rounds, alternating the "
+                    "variants' order")
     args = ap.parse_args()
     from phantom.cli import parse_sets
     from phantom.lab.decode_kernel import CHOICES, choice
+    from phantom.lab.threads import parse_threads
 
     torch.set_num_threads(1)
     ckpt = args.checkpoint or ensure_sft_model(args.model)
@@ -144,62 +154,78 @@ def main() -> None:
     bad = [p for p in paths if p not in CHOICES]
     if bad:
         raise SystemExit(f"--decode {','.join(bad)} is unknown; allowed: {', '.join(CHOICES)}")
+    try:
+        counts = [parse_threads(t, what="--threads") for t in args.threads.split(",")]
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    # each variant: a decode path on a thread count; the first is the baseline of the ratio table
+    variants = [(p, t) for t in counts for p in paths]
+
+    def label(v: tuple[str, int]) -> str:
+        return " ".join(([v[0]] if len(paths) > 1 else []) + ([f"{v[1]}t"] if len(counts) > 1 else [])) or v[0]
+
     base0 = matmul_gflops(args.matmul)
     rows, runs = [], []
     for rnd in range(max(1, args.rounds)):
-        order = paths if rnd % 2 == 0 else paths[::-1]
+        order = variants if rnd % 2 == 0 else variants[::-1]
         for arm in args.arms.split(","):
-            for path in order:
-                os.environ["PHANTOM_DECODE"] = path
-                r = run_one(arm, args, sets, ckpt)
-                runs.append((arm, path, rnd + 1, *r))
-                if rnd == 0 and path == paths[-1]:
-                    rows.append((arm, *r[:5]))
+            for v in order:
+                os.environ["PHANTOM_DECODE"] = v[0]
+                r = run_one(arm, args, sets, ckpt, threads=v[1])
+                torch.set_num_threads(1)
+                runs.append((arm, v, rnd + 1, *r))
+                if rnd == 0:
+                    rows.append((arm, label(v), *r[:5], r[7]))
     base1 = matmul_gflops(args.matmul)
     base = (base0 + base1) / 2
-    analytic, counted = crosscheck(Trainer(ArmSpec.from_dict({"model": args.model, **sets}), ckpt))
+    analytic, counted = crosscheck(Trainer(ArmSpec.from_dict({"model": args.model, **sets}), ckpt, threads=1))
     load = os.getloadavg()
     what = f"checkpoint {args.checkpoint}" if args.checkpoint else f"model '{args.model}'"
-    print(f"\nCPU lab benchmark: {args.steps}-step arms, {what}, {sets or 'spec defaults'}, 1 torch thread, "
-          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs")
-    print(f"baseline: fp32 matmul {args.matmul}x{args.matmul}: {base0:.2f} / {base1:.2f} GFLOP/s (before / after)")
+    print(f"\nCPU lab benchmark: {args.steps}-step arms, {what}, {sets or 'spec defaults'}, torch threads "
+          f"{','.join(map(str, counts))}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs")
+    print(f"baseline: fp32 matmul {args.matmul}x{args.matmul}, 1 thread: {base0:.2f} / {base1:.2f} GFLOP/s "
+          "(before / after)")
     print(f"FLOP count check on one update: analytic (useful tokens, causal) {analytic / 1e9:.3f} GFLOP, "
           f"torch flop_counter (padded, full attention) {counted / 1e9:.3f} GFLOP (ratio {analytic / counted:.3f})\n")
-    head = f"{'arm':<8} {'s/step':>7} {f's/{args.steps}-step arm':>15} {'rollout tok/s':>14} " \
+    head = f"{'arm':<8} {'variant':>9} {'used':>5} {'s/step':>7} {f's/{args.steps}-step arm':>15} {'rollout tok/s':>14} " \
            f"{'model GFLOP/s':>14} {'x matmul':>9} {'final acc':>10}"
     print(head)
     print("-" * len(head))
-    for arm, sps, wall, tps, gf, acc in rows:
-        print(f"{arm:<8} {sps:>7.3f} {wall:>15.1f} {tps:>14.0f} {gf:>14.2f} {gf / base:>9.3f} {acc:>10.3f}")
-    if len(paths) > 1:
-        print(f"\ndecode paths ({paths[-1]} in the table above), wall seconds per {args.steps}-step arm, "
-              f"ratio against {paths[0]} in the same round")
-        head = f"{'arm':<8} {'round':>5} " + " ".join(f"{p + ' s':>9} {'gen ' + p:>9}" for p in paths) + \
-            f" {'ratio':>7} {'same values':>12}"
+    for arm, lab, sps, wall, tps, gf, acc, used in rows:
+        print(f"{arm:<8} {lab:>9} {used:>5} {sps:>7.3f} {wall:>15.1f} {tps:>14.0f} {gf:>14.2f} {gf / base:>9.3f} "
+              f"{acc:>10.3f}")
+    if len(variants) > 1:
+        names = [label(v) for v in variants]
+        print(f"\nvariants, wall seconds per {args.steps}-step arm (and of it generating), ratio of each against "
+              f"{names[0]} in the same round; 'same values': every logged value but timings agrees")
+        head = f"{'arm':<8} {'round':>5} " + " ".join(f"{n + ' s':>9} {'gen ' + n:>9}" for n in names) + \
+            " " + " ".join(f"{n + '/' + names[0]:>9}" for n in names[1:]) + f" {'same values':>12}"
         print(head)
         print("-" * len(head))
-        ratios: dict[str, list[float]] = {}
+        ratios: dict[tuple[str, str], list[float]] = {}
         for arm in args.arms.split(","):
             for rnd in range(1, max(1, args.rounds) + 1):
-                got = {p: r for a, p, n, *r in runs if a == arm and n == rnd}
-                ratio = got[paths[-1]][1] / got[paths[0]][1]
-                ratios.setdefault(arm, []).append(ratio)
+                got = {v: r for a, v, n, *r in runs if a == arm and n == rnd}
+                rs = [got[v][1] / got[variants[0]][1] for v in variants[1:]]
+                for v, x in zip(variants[1:], rs):
+                    ratios.setdefault((arm, label(v)), []).append(x)
                 same = len({r[6] for r in got.values()}) == 1
-                print(f"{arm:<8} {rnd:>5} " + " ".join(f"{got[p][1]:>9.1f} {got[p][5]:>9.1f}" for p in paths) +
-                      f" {ratio:>7.3f} {'yes' if same else 'NO':>12}")
-        for arm, rs in ratios.items():
-            print(f"{arm}: {paths[-1]} / {paths[0]} wall, mean over {len(rs)} round(s): {np.mean(rs):.3f}")
+                print(f"{arm:<8} {rnd:>5} " + " ".join(f"{got[v][1]:>9.1f} {got[v][5]:>9.1f}" for v in variants) +
+                      " " + " ".join(f"{x:>9.3f}" for x in rs) + f" {'yes' if same else 'NO':>12}")
+        for (arm, lab), rs in ratios.items():
+            print(f"{arm}: {lab} / {names[0]} wall, mean over {len(rs)} round(s): {np.mean(rs):.3f}")
 
 
-def run_one(arm: str, args: argparse.Namespace, sets: dict, ckpt) -> tuple:
-    """One arm from its warm start: (s/step, wall s, rollout tok/s, GFLOP/s, final acc, gen s, values hash)."""
+def run_one(arm: str, args: argparse.Namespace, sets: dict, ckpt, threads: int = 1) -> tuple:
+    """One arm from its warm start on ``threads`` threads: (s/step, wall s, rollout tok/s, GFLOP/s,
+    final acc, gen s, values hash, threads used). The wall time includes the thread probe."""
     import hashlib
     import json
 
     spec = ArmSpec.from_dict({"arm": arm, "steps": args.steps, "model": args.model, "seed": args.seed, **sets})
-    tr = Trainer(spec, ckpt)
-    cnt = Counter(tr)
     t0 = time.perf_counter()
+    tr = Trainer(spec, ckpt, threads=threads)
+    cnt = Counter(tr)
     logged = [tr.evaluate(0)]
     per_step, acc = [], None
     for st in range(1, spec.steps + 1):
@@ -211,7 +237,7 @@ def run_one(arm: str, args: argparse.Namespace, sets: dict, ckpt) -> tuple:
     values = [{k: v for k, v in m.items() if not k.startswith("timing_s/")} for m in logged]
     digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
     return (float(np.mean(per_step)), wall, cnt.gen_tokens / cnt.gen_seconds, cnt.flops / wall / 1e9, acc,
-            cnt.gen_seconds, digest)
+            cnt.gen_seconds, digest, tr.threads)
 
 
 if __name__ == "__main__":

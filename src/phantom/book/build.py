@@ -47,6 +47,7 @@ from phantom.book.execute import (
     ExecResult,
     build_params,
     chapter_env,
+    chapter_runs,
     copy_if_changed,
     environ,
     execute_chapter,
@@ -131,7 +132,7 @@ def chapter_main(argv: Sequence[str] | None = None) -> int:
     # `-p sweep FILE -p runs_root DIR` points a lab chapter at another sweep (the paper sweep on another warm
     # start): that sweep is the one run, into that folder (cells not finished there are trained there), and
     # the chapter reads it there
-    runs = ((root / str(params["runs_root"])).resolve() if params.get("runs_root") else None)  # absolute stays
+    runs = chapter_runs(params, root) if params.get("runs_root") else None  # absolute stays
     sweep = chapter.meta().get("lab_sweep") and (params.get("sweep") or chapter.meta()["lab_sweep"])
     if sweep:
         try:  # a sweep file is relative to the repository root, as the chapter reads it

@@ -2,7 +2,7 @@
 
     phantom lab task  [--split val] [--n 5] [--terms 4 6] [--style terse]     show problems (default: the lab task)
     phantom lab sft   [--profile lab] [--seed 1]                               build / locate the warm start
-    phantom lab run   --arm score --seed 1 [--set key=value ...]               one arm, in this process
+    phantom lab run   --arm score --seed 1 [--set key=value ...] [--threads 2] one arm, in this process
     phantom lab sweep paper [--profile quick] [--jobs 2] [--dry-run]           papermill sweep
     phantom lab summary paper [--profile quick]                                endpoints and dynamics of a sweep
     phantom lab list                                                           known sweeps
@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="any other ArmSpec field, e.g. --set kl_coef=0.001 --set sampling=dapo")
     r.add_argument("--name", default=None)
     r.add_argument("--runs-dir", default=None)
+    r.add_argument("--threads", default=None, metavar="N|auto",
+                   help="torch threads (default: $PHANTOM_LAB_THREADS, else auto = the CPUs this process may "
+                        "use, at most 2); kept only where they change no number (phantom.lab.threads)")
 
     w = sub.add_parser("sweep", help="run a sweep with papermill (skips finished cells)")
     w.add_argument("sweep")
@@ -118,11 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "run":
             from phantom.lab.rl import run_arm
             from phantom.lab.spec import ArmSpec
+            from phantom.lab.threads import lab_threads, parse_threads
 
+            threads = parse_threads(args.threads, what="--threads") if args.threads else lab_threads(
+                default=parse_threads("auto"))
             spec = ArmSpec.from_dict({"arm": args.arm, "estimator": args.estimator, "kind": args.kind,
                                       "lam": args.lam, "seed": args.seed, "steps": args.steps,
                                       "model": args.model, **parse_sets(args.sets)})
-            run = run_arm(spec, name=args.name, root=args.runs_dir)
+            run = run_arm(spec, name=args.name, root=args.runs_dir, threads=threads)
             print(run.path)
             print(json.dumps(run.manifest().get("summary"), indent=2))
             return 0

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from phantom.lab.rollouts import Rollouts
 from phantom.lab.sft import EvalResult, ensure_sft_model, evaluate, load_sft
 from phantom.lab.spec import ArmSpec
 from phantom.lab.task import DATA_SOURCE, make_split, problem
+from phantom.lab.threads import lab_threads, threads_agree
 from phantom.rewards import denoise, has_answer_marker, is_correct, noisy_outcome, shaped_reward
 from phantom.runs import RunDir, runs_root, write_json_atomic
 
@@ -47,7 +49,12 @@ class Trainer:
     #: leave zero-advantage rows out of the update's forward/backward (exact; see :meth:`update`)
     skip_zero_rows = True
 
-    def __init__(self, spec: ArmSpec, checkpoint: str | os.PathLike[str]):
+    def __init__(self, spec: ArmSpec, checkpoint: str | os.PathLike[str], threads: int | None = None):
+        """``threads``: torch threads for this arm (None: ``$PHANTOM_LAB_THREADS``, else one); more than
+        one only where :func:`~phantom.lab.threads.threads_agree` finds they change no number."""
+        want = lab_threads() if threads is None else threads
+        if not isinstance(want, int) or want < 1:
+            raise ValueError(f"threads={want!r} is invalid; allowed: a positive integer")
         torch.set_num_threads(1)
         self.spec = spec
         torch.manual_seed(spec.seed)
@@ -72,6 +79,15 @@ class Trainer:
         self.task = spec.task_config
         self.val = make_split(self.task, "val", spec.eval_n)
         self.next_group = 0
+        #: threads asked for, and those used (one where more would change the numbers)
+        self.threads_asked, self.threads = want, 1
+        if want > 1:
+            if threads_agree(self.model, pad_id=self.tok.pad_id, eos_id=self.tok.eos_id, threads=want):
+                self.threads = want
+            else:
+                warnings.warn(f"{want} torch threads change this model's numbers on this machine (torch "
+                              f"{torch.__version__}); the arm runs on 1 thread", RuntimeWarning, stacklevel=2)
+        torch.set_num_threads(self.threads)
 
     # -------------------------------------------------------------------------------------------
     def rollout(self, n_prompts: int, step: int, tag: str = "") -> Rollouts:
@@ -333,8 +349,10 @@ def _eval0_key(checkpoint: Path, spec: ArmSpec) -> str:
 
 def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,
             root: str | os.PathLike[str] | None = None, progress: bool = True,
-            extra: dict[str, Any] | None = None) -> RunDir:
+            extra: dict[str, Any] | None = None, threads: int | None = None) -> RunDir:
     """Run one arm into ``<root>/<name>`` (reusing a finished run of the same spec) and return it.
+
+    ``threads``: torch threads (see :class:`Trainer`); the manifest records those asked for and used.
 
     The folder is marked ``running`` while training, ``done`` at the end, ``failed`` on any
     exception or interrupt; a failed or stale folder is wiped and re-run next time.
@@ -348,12 +366,13 @@ def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,
     if existing.check_startable(d):
         return existing
     ckpt = ensure_sft_model(spec.sft, progress=progress)
-    trainer = Trainer(spec, ckpt)
+    trainer = Trainer(spec, ckpt, threads=threads)
     c = trainer.model.cfg
     run = RunDir.start(name, d, kind="lab", root=root,
                        extra={"checkpoint": str(ckpt), "sft": {k: trainer.sft_meta.get(k) for k in
                               ("key", "val_greedy_acc", "val_sampled_acc", "params")},
                               "decode": describe_decode(c.heads, c.kv_heads, c.head_dim, c.max_positions),
+                              "threads": {"asked": trainer.threads_asked, "used": trainer.threads},
                               **(extra or {})})
     t_start = time.time()
     history: list[dict[str, Any]] = []

@@ -177,7 +177,7 @@ def materialize_notebook(dest_dir: Path, stem: str = "lab_arm", env_var: str = "
 def _cell_env(root: Path) -> dict[str, str]:
     """The environment of a cell's papermill process and kernel (one thread: two cells share two cores)."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-            "PHANTOM_RUNS": str(root), **batch_kernel_env(root / _NB_DIR)}
+            "PHANTOM_LAB_THREADS": "1", "PHANTOM_RUNS": str(root), **batch_kernel_env(root / _NB_DIR)}
 
 
 def _launch(cell: Cell, sweep_name: str, nb_in: Path, root: Path,
