@@ -135,3 +135,26 @@ def test_cli_rejects_bad_thread_counts_before_any_work(tmp_path):
     r = _cli("--runs-dir", str(tmp_path), env={th.ENV: "lots"})
     assert r.returncode == 2 and "PHANTOM_LAB_THREADS='lots' is invalid" in r.stderr
     assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_sft_thread_count_takes_the_same_values(monkeypatch):
+    from phantom.lab import sft
+
+    monkeypatch.delenv("PHANTOM_SFT_THREADS", raising=False)
+    assert sft.sft_threads() == sft.SFT_THREADS
+    monkeypatch.setenv("PHANTOM_SFT_THREADS", "1")
+    assert sft.sft_threads() == 1
+    monkeypatch.setattr(th, "available_cpus", lambda: 1)
+    monkeypatch.setenv("PHANTOM_SFT_THREADS", "auto")
+    assert sft.sft_threads() == 1
+    monkeypatch.setenv("PHANTOM_SFT_THREADS", "0")
+    with pytest.raises(ValueError, match=r"PHANTOM_SFT_THREADS='0' is invalid; allowed: a positive integer or 'auto'"):
+        sft.sft_threads()
+
+
+def test_cli_sft_rejects_a_bad_thread_count_before_building(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "phantom.cli", "lab", "sft", "--profile", "tiny"], capture_output=True,
+                       text=True, env={**os.environ, "PHANTOM_SFT_THREADS": "two", "PHANTOM_ARTIFACTS": str(tmp_path)},
+                       timeout=120)
+    assert r.returncode == 2 and "PHANTOM_SFT_THREADS='two' is invalid" in r.stderr, r.stderr
+    assert not any(tmp_path.rglob("*"))  # no lock, no half-built checkpoint

@@ -107,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps({"index": p.index, "prompt": p.prompt, "solution": p.solution, "answer": p.answer}))
             return 0
         if args.cmd == "sft":
-            from phantom.lab.sft import ensure_sft_model, resolve_sft
+            from phantom.lab.sft import ensure_sft_model, resolve_sft, sft_threads
 
             which = args.profile if args.seed is None else {"profile": args.profile, "seed": args.seed}
             resolve_sft(which)
+            sft_threads()  # a bad $PHANTOM_SFT_THREADS fails here, before the lock and the build folder
             path = ensure_sft_model(which)
             meta = json.loads((path / "lab_meta.json").read_text())
             print(path)

@@ -41,20 +41,20 @@ CODE_VERSION = 3
 #: with the same weights (`lab` warm start 0.570 held-out). The development checkpoint the committed
 #: TRL and verl CPU runs start from (step 800, 0.555) was built before the SFT code was committed.
 #: On a machine shared with other work two threads can be many times slower than one (each waits for
-#: the other at every op): ``$PHANTOM_SFT_THREADS`` overrides the count.
+#: the other at every op): ``$PHANTOM_SFT_THREADS`` overrides the count (a positive integer, or ``auto``:
+#: the CPUs this process may use, at most 2).
 SFT_THREADS = 2
 #: first val-split index of the stopping rule's check problems (the RL held-out set is 0..eval_n-1)
 CHECK_START = 100_000
 
 
 def sft_threads() -> int:
-    """Threads for SFT: ``$PHANTOM_SFT_THREADS`` if set (a positive integer), else :data:`SFT_THREADS`."""
+    """Threads for SFT: ``$PHANTOM_SFT_THREADS`` if set (a positive integer or ``auto``, as
+    ``$PHANTOM_LAB_THREADS`` takes: :func:`phantom.lab.threads.parse_threads`), else :data:`SFT_THREADS`."""
+    from phantom.lab.threads import parse_threads
+
     raw = os.environ.get("PHANTOM_SFT_THREADS", "").strip()
-    if not raw:
-        return SFT_THREADS
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"PHANTOM_SFT_THREADS={raw!r} is invalid; allowed: a positive integer")
-    return int(raw)
+    return parse_threads(raw, what="PHANTOM_SFT_THREADS") if raw else SFT_THREADS
 
 
 @dataclass(frozen=True)
