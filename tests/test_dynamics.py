@@ -9,7 +9,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from phantom.dynamics import dynamics, dynamics_table, first_above, first_fall, order, run_dynamics, val_keys
+from phantom.dynamics import (
+    dynamics,
+    dynamics_table,
+    first_above,
+    first_fall,
+    order,
+    run_dynamics,
+    up_to,
+    val_keys,
+    validated_every,
+)
 from phantom.runs import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,3 +128,25 @@ def test_run_folder_in_verl_format_and_a_committed_verl_run(tmp_path):
     assert d["acc_key"] == "val-core/phantom_lab/acc/mean@1" and d["len_key"] == LEN
     expect = next(int(s) for s, v in acc.iloc[1:].items() if v <= acc.iloc[0] - 0.1 + 1e-9)
     assert d["acc_step"] == expect and d["acc0"] == acc.iloc[0]
+
+
+def test_validated_every_reads_the_coarse_run_off_the_fine_one():
+    """At every step the length falls at 3 and accuracy at 4; validated every fifth step both show at 5."""
+    steps = range(0, 11)
+    df = frame({s: [0.7, 0.7, 0.7, 0.68, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0, 0.0][s] for s in steps},
+               {s: [100.0, 95, 90, 70, 60, 50, 40, 30, 20, 10, 5][s] for s in steps},
+               {s: 0.3 for s in steps})
+    df["phantom/sample"] = "x"
+    fine, coarse = dynamics(df), dynamics(validated_every(df, 5))
+    assert (fine["len_step"], fine["acc_step"], fine["order"]) == (3, 4, "length first")
+    assert (coarse["len_step"], coarse["acc_step"], coarse["order"]) == (5, 5, "same step")
+    five = validated_every(df, 5)
+    assert five["phantom/frac/all_fail"].equals(df["phantom/frac/all_fail"])  # training columns are kept
+    assert five[ACC].dropna().index.tolist() == [0, 5, 10] and five["phantom/sample"].notna().sum() == 3
+    assert validated_every(df, 1).equals(df) and len(up_to(df, 4)) == 5 and up_to(df, 4).index.max() == 4
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, True, "5"])
+def test_validated_every_rejects_a_bad_interval(bad):
+    with pytest.raises(ValueError, match="allowed: a positive integer"):
+        validated_every(frame({0: 0.5}, {0: 10.0}), bad)

@@ -151,3 +151,19 @@ def test_profile_and_runs_resolution(monkeypatch, tmp_path):
     from phantom.book import repo_root
 
     assert lb.resolve_runs("runs") == (repo_root() / "runs").resolve()
+
+
+def test_same_prefix_compares_what_the_shorter_run_logged():
+    """A continued run repeats its cell: same values where the cell logged one; more steps, finer
+    validation and other timings allowed; one changed value, a missing step or column is not."""
+    short = pd.DataFrame({"loss": [1.0, 0.9, 0.8], lb.VAL_ACC: [0.5, np.nan, 0.4], "timing_s/step": [1.0, 2.0, 3.0]},
+                         index=[0, 1, 2])
+    longer = pd.DataFrame({"loss": [1.0, 0.9, 0.8, 0.7], lb.VAL_ACC: [0.5, 0.45, 0.4, 0.3],
+                           "timing_s/step": [9.0, 9.0, 9.0, 9.0], "extra": [0, 0, 0, 0]}, index=[0, 1, 2, 3])
+    assert lb.same_prefix(longer, short)
+    changed = longer.copy()
+    changed.loc[2, "loss"] = 0.81
+    assert not lb.same_prefix(changed, short)
+    assert not lb.same_prefix(longer.drop(index=2), short)
+    assert not lb.same_prefix(longer.drop(columns="loss"), short)
+    assert not lb.same_prefix(longer, short.iloc[:0])

@@ -174,14 +174,16 @@ def test_recorded_worked_answer_collapse_warns_on_length_first(capsys):
     assert f"length warned {alerts['accuracy'].step - alerts['length'].step} step(s) earlier" in out
 
 
-def test_committed_main_setting_collapses_warn_on_length_first(capsys):
-    """The lab's current main setting, read where its runs are committed (data/runs/lab_warmstarts): on every
-    no-filter run whose held-out length fell before its accuracy, `phantom watch --once` prints the length
-    warning as a leading indicator at an earlier step than the accuracy drop."""
+@pytest.mark.parametrize("folder, least", [("lab_warmstarts", 6), ("lab_warmstarts_long", 15)])
+def test_committed_main_setting_collapses_warn_on_length_first(capsys, folder, least):
+    """The lab's current main setting, read where its runs are committed (40 steps on three warm starts;
+    100 steps, validated at every step, on six): on every no-filter run whose held-out length fell before
+    its accuracy, `phantom watch --once` prints the length warning as a leading indicator at an earlier
+    step than the accuracy drop."""
     from phantom.dynamics import run_dynamics
     from phantom.runs import iter_runs
 
-    root = Path(__file__).resolve().parents[1] / "data" / "runs" / "lab_warmstarts"
+    root = Path(__file__).resolve().parents[1] / "data" / "runs" / folder
     checked = 0
     for run in iter_runs(root, arm="none", estimator="grpo"):
         if run_dynamics(run.path)["order"] != "length first":
@@ -194,4 +196,4 @@ def test_committed_main_setting_collapses_warn_on_length_first(capsys):
         alerts = {a.kind: a for a in detect(indicators(tail.rows)[0])}
         assert alerts["length"].step < alerts["accuracy"].step, run.name
         checked += 1
-    assert checked >= 6  # at least two of three RL seeds in each of the three warm starts
+    assert checked >= least  # 40 steps: 2 of 3 RL seeds on each of 3 warm starts; 100 steps: 15 of 18 runs

@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 __all__ = ["LENGTH_DROP", "ACC_DROP", "ALL_FAIL_ABOVE", "COLUMNS", "val_keys", "first_fall", "first_above",
-           "order", "dynamics", "dynamics_table", "run_dynamics"]
+           "order", "dynamics", "dynamics_table", "run_dynamics", "validated_every", "up_to"]
 
 LENGTH_DROP = 0.20  # relative fall of held-out mean length
 ACC_DROP = 0.10  # absolute fall of held-out accuracy
@@ -138,3 +138,30 @@ def run_dynamics(path: str | os.PathLike[str], **kwargs: Any) -> dict[str, Any]:
     from phantom.runs import read_metrics
 
     return dynamics(read_metrics(path), **kwargs)
+
+
+def _is_validation(col: Any) -> bool:
+    return isinstance(col, str) and col.startswith(("val-core/", "val-aux/", "phantom/val/", "phantom/sample"))
+
+
+def validated_every(df: pd.DataFrame, every: int) -> pd.DataFrame:
+    """``df`` as a run validating only at multiples of ``every`` steps (and at step 0) would have logged it.
+
+    Why: the lab's validation is greedy and draws no random numbers, so a run validated at every step
+    trains exactly as one validated every fifth step (the paper's ``test_freq``). Blanking the other
+    validations reads the coarse run's dynamics off the fine one, without training it twice.
+    Training columns are kept; rows are kept.
+    """
+    if not (isinstance(every, int) and not isinstance(every, bool) and every >= 1):
+        raise ValueError(f"every={every!r} is invalid; allowed: a positive integer")
+    out = df.copy()
+    cols = [c for c in out.columns if _is_validation(c)]
+    steps = pd.Series(out.index, index=out.index)
+    out.loc[(steps % every != 0).to_numpy(), cols] = float("nan")
+    return out
+
+
+def up_to(df: pd.DataFrame, step: int) -> pd.DataFrame:
+    """The rows of ``df`` up to and including ``step``: a longer run read at a shorter horizon (its
+    first steps are the shorter run's, since nothing in a lab run depends on its length)."""
+    return df.loc[df.index <= step]

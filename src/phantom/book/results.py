@@ -21,7 +21,8 @@ import pandas as pd
 
 __all__ = ["ARMS", "VAL_ACC", "VAL_LEN", "TRAIN_LEN", "resolve_profile", "resolve_runs", "load_cells",
            "committed_runs", "select", "missing_note", "metrics", "curve", "curves", "first_below", "collapse_step",
-           "endpoints", "dynamics", "mean_sd", "fmt_pm", "reported", "reported_text", "samples", "same_curves"]
+           "endpoints", "dynamics", "mean_sd", "fmt_pm", "reported", "reported_text", "samples", "same_curves",
+           "same_prefix"]
 
 ARMS: tuple[str, ...] = ("none", "score", "outcome")
 #: Metric keys of the lab's runs (the same names as ``phantom.lab.rl``; a test keeps them equal).
@@ -285,3 +286,17 @@ def same_curves(a: pd.DataFrame, b: pd.DataFrame, keys: Sequence[str] = (VAL_ACC
         if x.empty or not x.index.equals(y.index) or not np.array_equal(x.to_numpy(), y.to_numpy()):
             return False
     return True
+
+
+def same_prefix(longer: pd.DataFrame, shorter: pd.DataFrame) -> bool:
+    """True when ``longer`` logged every value ``shorter`` logged, at the same steps, timings aside.
+
+    Why: a lab run's first steps do not depend on how many follow, so a run continued past its cell's
+    horizon must repeat the cell. ``longer`` may hold more (later steps, validations at steps the
+    shorter run skipped); where ``shorter`` logged nothing it is not compared.
+    """
+    cols = [c for c in shorter.columns if not str(c).startswith("timing_s/")]
+    if not len(shorter) or not set(cols) <= set(longer.columns) or not set(shorter.index) <= set(longer.index):
+        return False
+    want = shorter[cols]
+    return bool(longer.loc[want.index, cols].where(want.notna()).equals(want))
