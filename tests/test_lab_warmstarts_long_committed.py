@@ -136,3 +136,15 @@ def _meets_all(cells, sft: int, horizon: int) -> bool:
 def test_every_criterion_holds_on_four_warm_starts_at_either_horizon_not_the_same_four(cells):
     at = {h: [s for s in SFT_SEEDS if _meets_all(cells, s, h)] for h in (40, STEPS)}
     assert at == {40: [0, 1, 2, 4], STEPS: [0, 1, 3, 4]}, at
+
+
+def test_phantom_lab_criteria_prints_the_passing_warm_starts(capsys):
+    """The CLI a reproducer runs on their own sweep: the same verdict as the table above, at both horizons."""
+    from phantom.lab.cli import main
+
+    args = ["criteria", str(RUNS / "sweep.yaml"), "--runs-dir", str(RUNS)]
+    assert main(args) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "every criterion holds on 4 of 6 warm starts (SFT seeds [0, 1, 3, 4])"
+    assert main([*args, "--step", "40"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "every criterion holds on 4 of 6 warm starts (SFT seeds [0, 1, 2, 4])"
+    assert main([*args, "--step", "0"]) == 2 and "--step=0 is invalid" in capsys.readouterr().err

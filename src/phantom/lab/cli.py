@@ -69,8 +69,34 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--runs-dir", default=None)
     m.add_argument("--csv", default=None, help="also write the full table here")
 
+    c = sub.add_parser("criteria", help="the main setting's acceptance criteria per warm start of a sweep's runs")
+    c.add_argument("sweep", help="a multi-warm-start sweep (no-filter, outcome and Dr. GRPO arms per SFT seed)")
+    c.add_argument("--runs-dir", default=None)
+    c.add_argument("--step", type=int, default=None, help="read the runs as if they had stopped after this step")
+
     sub.add_parser("list", help="list the packaged sweeps")
     return ap
+
+
+def _criteria(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from phantom.lab.acceptance import acceptance, at_step, passing, warmstart_runs
+    from phantom.runs import runs_root
+
+    if args.step is not None and args.step < 1:
+        raise ValueError(f"--step={args.step} is invalid; allowed: a step >= 1")
+    table, frames = warmstart_runs(args.sweep, runs_root(args.runs_dir))
+    if not len(table):
+        raise ValueError(f"no finished run of {args.sweep} under {runs_root(args.runs_dir)}")
+    if args.step is not None:
+        table = at_step(table, frames, args.step)
+    acc = acceptance(table)
+    with pd.option_context("display.width", 200):
+        print(acc.round(3).to_string())
+    ok = passing(acc)
+    print(f"every criterion holds on {len(ok)} of {len(acc)} warm starts" + (f" (SFT seeds {ok})" if ok else ""))
+    return 0
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -146,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.cmd == "summary":
             return _summary(args)
+        if args.cmd == "criteria":
+            return _criteria(args)
         if args.cmd == "list":
             from phantom.lab.sweep import list_sweeps
 
