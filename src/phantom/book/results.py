@@ -207,20 +207,16 @@ def dynamics(rows: pd.DataFrame, **thresholds: Any) -> pd.DataFrame:
 def committed_runs(sweep: str, root: str | os.PathLike[str], fields: Sequence[str], **thresholds: Any,
                    ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """The finished full-profile cells of a sweep whose run folders are committed under ``root`` (the
-    other warm starts' sweeps, which the book reads and never re-runs).
-
-    Returns one row per run (index: run name) with the spec ``fields`` and its :func:`dynamics` row,
-    and each run's metrics by name. With no finished run, the same columns and no rows.
+    other warm starts' sweeps, which the book reads and never re-runs): :func:`phantom.lab.acceptance.sweep_runs`,
+    with a sweep file, like ``root``, relative to the repository root.
     """
-    from phantom.dynamics import COLUMNS, dynamics_table
+    from phantom.book.chapters import repo_root
+    from phantom.lab.acceptance import sweep_runs
+    from phantom.lab.sweep import sweep_file
 
-    cells = load_cells("full", root, sweep=sweep)
-    done = cells[cells["done"]]
-    frames = {name: df for name in done["name"] if len(df := metrics(name, cells.attrs["runs_root"]))}
-    table = done[done["name"].isin(frames)].set_index("name")[list(fields)]
-    if not frames:
-        return table.reindex(columns=[*fields, *COLUMNS]), frames
-    return table.join(dynamics_table(frames, **thresholds)), frames
+    if Path(sweep).suffix in (".yaml", ".yml"):
+        sweep = sweep_file(sweep, repo_root())
+    return sweep_runs(sweep, resolve_runs(root), fields, **thresholds)
 
 
 def mean_sd(values: Iterable[float]) -> tuple[float, float, int]:

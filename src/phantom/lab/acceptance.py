@@ -22,12 +22,12 @@ at a shorter horizon, from the runs' own metrics.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["KINDS", "run_kind", "warmstart_runs", "at_step", "acceptance", "passing"]
+__all__ = ["KINDS", "run_kind", "sweep_runs", "warmstart_runs", "at_step", "acceptance", "passing"]
 
 #: the three arms the criteria read: GRPO without a filter, GRPO with the outcome filter, Dr. GRPO without one
 KINDS: tuple[str, ...] = ("none", "outcome", "drgrpo")
@@ -43,13 +43,13 @@ def run_kind(estimator: str, arm: str) -> str | None:
     return None
 
 
-def warmstart_runs(sweep: str, root: Any, **thresholds: Any) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
-    """The finished runs (profile full) of a multi-warm-start sweep under ``root``, ready for :func:`acceptance`.
+def sweep_runs(sweep: str, root: Any, fields: Sequence[str], **thresholds: Any,
+               ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """The finished cells (profile full) of a sweep whose run folders lie under ``root``.
 
-    One row per run (index: run name) with its spec fields and :func:`phantom.dynamics.dynamics` row, and
-    each run's metrics by name. ``sft_seed`` is an int (a spec without one is SFT seed 0, the default warm
-    start); ``kind`` is :func:`run_kind`; rows are sorted by warm start, kind and RL seed. ``thresholds``
-    go to :func:`phantom.dynamics.dynamics` (``length_drop``, ``acc_drop``).
+    One row per run (index: run name) with the spec ``fields`` and its :func:`phantom.dynamics.dynamics`
+    row (``thresholds``: ``length_drop``, ``acc_drop``), and each run's metrics by name. A run counts when
+    its manifest says ``done`` and its metrics file has rows; with none, the same columns and no rows.
     """
     from pathlib import Path
 
@@ -57,16 +57,25 @@ def warmstart_runs(sweep: str, root: Any, **thresholds: Any) -> tuple[pd.DataFra
     from phantom.lab.sweep import sweep_table
     from phantom.runs import read_metrics
 
-    fields = ["sft_seed", "seed", "estimator", "arm", "steps"]
     cells = sweep_table(sweep, profile="full", runs_root=root)
-    done = cells[cells["status"].eq("done")]
     frames = {}
-    for name in done["name"]:
+    for name in cells.loc[cells["status"].eq("done"), "name"]:
         path = Path(root) / name / "metrics.jsonl"
         if path.is_file() and len(df := read_metrics(path)):
             frames[name] = df
-    table = done[done["name"].isin(frames)].set_index("name")[fields].copy()
-    table = table.join(dynamics_table(frames, **thresholds)) if frames else table.reindex(columns=[*fields, *COLUMNS])
+    table = cells[cells["name"].isin(frames)].set_index("name")[list(fields)].copy()
+    if not frames:
+        return table.reindex(columns=[*fields, *COLUMNS]), frames
+    return table.join(dynamics_table(frames, **thresholds)), frames
+
+
+def warmstart_runs(sweep: str, root: Any, **thresholds: Any) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """:func:`sweep_runs` of a multi-warm-start sweep, ready for :func:`acceptance`.
+
+    ``sft_seed`` is an int (a spec without one is SFT seed 0, the default warm start); ``kind`` is
+    :func:`run_kind`; rows are sorted by warm start, kind and RL seed.
+    """
+    table, frames = sweep_runs(sweep, root, ["sft_seed", "seed", "estimator", "arm", "steps"], **thresholds)
     table["sft_seed"] = [int(v) if pd.notna(v) else 0 for v in table["sft_seed"]]
     table["kind"] = [run_kind(e, a) for e, a in zip(table["estimator"], table["arm"])]
     return table.sort_values(["sft_seed", "kind", "seed"]), frames
