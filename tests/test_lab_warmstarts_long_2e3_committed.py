@@ -9,14 +9,13 @@ with phantom.lab.acceptance, which the chapter uses), so the two readings check 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _warmstart_runs import cell, runs_by_arm
 
 from phantom.book.results import same_prefix
-from phantom.dynamics import dynamics
 from phantom.lab.rl import VAL_ACC
 from phantom.lab.spec import ArmSpec
 from phantom.lab.sweep import expand, load_sweep
@@ -27,31 +26,9 @@ RUNS = DATA / "lab_warmstarts_long_2e-3"
 SFT_SEEDS, RL_SEEDS, STEPS, LR = tuple(range(8)), (0, 1, 2), 100, 2e-3
 
 
-def _arm(spec: dict) -> str:
-    return "drgrpo" if spec.get("estimator") == "drgrpo" else spec["arm"]
-
-
-def _cell(spec: dict) -> tuple:
-    """What makes two runs train alike: the spec but for its length and how often it validates."""
-    spec = {**spec, "sft_seed": spec.get("sft_seed") or 0}
-    return tuple(sorted((k, str(v)) for k, v in spec.items() if k not in ("steps", "profile", "eval_every")))
-
-
-def _runs(root: Path) -> dict[tuple[str, int], list[dict]]:
-    out: dict[tuple[str, int], list[dict]] = defaultdict(list)
-    for run in iter_runs(root):
-        spec = run.manifest()["spec"]
-        df = read_metrics(run.path)
-        out[_arm(spec), spec.get("sft_seed") or 0].append({"seed": spec["seed"], "spec": spec, "df": df,
-                                                           **dynamics(df)})
-    for runs in out.values():
-        runs.sort(key=lambda r: r["seed"])
-    return out
-
-
 @pytest.fixture(scope="module")
 def cells() -> dict[tuple[str, int], list[dict]]:
-    return _runs(RUNS)
+    return runs_by_arm(RUNS)
 
 
 def test_the_runs_are_the_sweep_file_at_the_lower_rate(cells):
@@ -74,7 +51,7 @@ def test_eight_warm_starts_six_of_them_those_of_the_2_5e_3_sweep(cells):
               for sft in SFT_SEEDS}
     assert all(len(v) == 1 for v in starts.values()), starts
     assert len({next(iter(v)) for v in starts.values()}) == len(SFT_SEEDS), starts
-    before = _runs(DATA / "lab_warmstarts_long")
+    before = runs_by_arm(DATA / "lab_warmstarts_long")
     assert {s: {round(r["acc0"], 6) for r in before["none", s]} for s in range(6)} == \
         {s: starts[s] for s in range(6)}
 
@@ -83,10 +60,10 @@ def test_eight_warm_starts_six_of_them_those_of_the_2_5e_3_sweep(cells):
 def test_the_first_40_steps_are_the_committed_40_step_probe(cells, sft):
     """The lr probe ran the no-filter and outcome arms at 2e-3 for 40 steps on SFT seeds 0-2; these runs
     continue them value for value (a no-filter run validates at every step, its probe cell every fifth)."""
-    short = {_cell(run.manifest()["spec"]): read_metrics(run.path)
+    short = {cell(run.manifest()["spec"]): read_metrics(run.path)
              for run in iter_runs(DATA / "lab_lr_probe" / "lr_2e-3")
              if (run.manifest()["spec"].get("sft_seed") or 0) == sft}
-    pairs = [(r, short[_cell(r["spec"])]) for arm in ("none", "outcome") for r in cells[arm, sft]]
+    pairs = [(r, short[cell(r["spec"])]) for arm in ("none", "outcome") for r in cells[arm, sft]]
     assert len(pairs) == 6 and all(same_prefix(r["df"], s) for r, s in pairs)
 
 
@@ -144,7 +121,7 @@ def test_the_warmup_probe_did_not_separate_sft_seed_5():
     probe = DATA / "lab_warmup_probe"
     want = sorted(c.name for c in expand(load_sweep(probe / "sweep.yaml"), "full"))
     assert sorted(r.name for r in iter_runs(probe)) == want and len(want) == 18
-    runs = _runs(probe)
+    runs = runs_by_arm(probe)
     assert sorted(runs) == [("none", s) for s in range(6)]
     for rs in runs.values():
         assert all(r["spec"]["warmup_steps"] == 20 and r["spec"]["steps"] == 30 for r in rs)

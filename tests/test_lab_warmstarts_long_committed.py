@@ -8,11 +8,11 @@ setting, read at step 100; a re-run whose data stops supporting one fails here.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _warmstart_runs import cell, runs_by_arm
 
 from phantom.book.results import same_prefix
 from phantom.dynamics import dynamics, up_to, validated_every
@@ -28,27 +28,9 @@ SFT_SEEDS, RL_SEEDS, STEPS = (0, 1, 2, 3, 4, 5), (0, 1, 2), 100
 SHORT = {0: "lab_warmstarts", 1: "lab_warmstarts", 2: "lab_warmstarts", 3: "lab_warmstart_heldout"}
 
 
-def _arm(spec: dict) -> str:
-    return "drgrpo" if spec.get("estimator") == "drgrpo" else spec["arm"]
-
-
-def _cell(spec: dict) -> tuple:
-    """What makes two runs train alike: the spec but for its length and how often it validates."""
-    spec = {**spec, "sft_seed": spec.get("sft_seed") or 0}
-    return tuple(sorted((k, str(v)) for k, v in spec.items() if k not in ("steps", "profile", "eval_every")))
-
-
 @pytest.fixture(scope="module")
 def cells() -> dict[tuple[str, int], list[dict]]:
-    out: dict[tuple[str, int], list[dict]] = defaultdict(list)
-    for run in iter_runs(RUNS):
-        spec = run.manifest()["spec"]
-        df = read_metrics(run.path)
-        out[_arm(spec), spec.get("sft_seed") or 0].append({"seed": spec["seed"], "spec": spec, "df": df,
-                                                           **dynamics(df)})
-    for runs in out.values():
-        runs.sort(key=lambda r: r["seed"])
-    return out
+    return runs_by_arm(RUNS)
 
 
 def test_the_runs_are_the_sweep_file_in_the_main_setting(cells):
@@ -77,13 +59,13 @@ def test_the_first_40_steps_are_the_committed_40_step_cells(cells, sft):
     """Nothing in a run depends on its length (the lr is constant after warm-up): the first 40 steps of a
     100-step run log what its 40-step cell logs, timings aside. So the book's 40-step results are the
     first part of these runs, not another experiment."""
-    short = {_cell(run.manifest()["spec"]): read_metrics(run.path) for run in iter_runs(DATA / SHORT[sft])
+    short = {cell(run.manifest()["spec"]): read_metrics(run.path) for run in iter_runs(DATA / SHORT[sft])
              if (run.manifest()["spec"].get("sft_seed") or 0) == sft}
     checked = 0
     for arm in ("none", "outcome", "drgrpo"):
         for r in cells[arm, sft]:
             # a no-filter run validates at every step, its 40-step cell every fifth: what both logged is compared
-            assert same_prefix(r["df"], short[_cell(r["spec"])]), (arm, sft, r["seed"])
+            assert same_prefix(r["df"], short[cell(r["spec"])]), (arm, sft, r["seed"])
             checked += 1
     assert checked == 9
 
