@@ -68,10 +68,30 @@ def test_thresholds_are_parameters_and_bad_ones_are_named():
         acceptance(t.drop(columns="order"))
 
 
-def test_run_kind_reads_only_the_three_arms():
+def test_run_kind_reads_only_the_four_arms():
     assert [run_kind(e, a) for e, a in (("grpo", "none"), ("grpo", "outcome"), ("drgrpo", "none"),
                                         ("grpo", "score"), ("drgrpo", "outcome"), ("gspo", "none"))] == \
-        ["none", "outcome", "drgrpo", None, None, None]
+        ["none", "outcome", "drgrpo", "score", None, None]
+
+
+def test_the_shaped_score_arm_is_held_to_collapse_and_order_when_asked():
+    def score(sft, ends, orders):
+        return [{"sft_seed": sft, "seed": i, "kind": "score", "acc0": 0.6, "acc_end": e, "order": o}
+                for i, (e, o) in enumerate(zip(ends, orders))]
+
+    lf = ("length first",) * 3
+    t = _table(_runs(0), score(0, (0.0, 0.0, 0.0), lf), _runs(1), score(1, (0.0, 0.3, 0.0), lf),
+               _runs(2), score(2, (0.0, 0.0, 0.0), ("accuracy first", "same step", "length first")), _runs(3))
+    plain = acceptance(t)  # the default reads the no-filter arm only
+    assert "score_n" not in plain.columns and passing(plain) == [0, 1, 2, 3]
+    acc = acceptance(t, unsafe=("none", "score"))
+    assert acc["score_n"].tolist() == [3, 3, 3, 0] and acc.loc[1, "score_max"] == 0.3
+    assert acc["score_length_first"].tolist() == [3, 3, 1, 0]
+    assert acc["collapse_ok"].tolist() == [True, False, True, False]  # SFT 3 has no score runs: fails
+    assert acc["order_ok"].tolist() == [True, True, False, False]
+    assert passing(acc) == [0]
+    with pytest.raises(ValueError, match="unsafe=.*allowed"):
+        acceptance(t, unsafe=("score",))
 
 
 def test_at_step_reads_a_run_as_if_it_had_stopped_there():

@@ -123,6 +123,39 @@ def test_worked_solutions_keep_the_steps_and_answer_under_removable_prose():
     assert sum(low) < sum(len(d) for d in draws[:100]) < sum(full)  # the knob sets how much prose
 
 
+def test_graded_solutions_keep_each_kind_at_its_own_rate():
+    """The graded style: the same invariants as worked, one wording per piece, each kind at its own rate."""
+    import random
+
+    from phantom.lab.task import GRADES, graded_probabilities, graded_solution
+
+    ops = (56, 85, 42, 12)
+    rng = random.Random(0)
+    draws = [graded_solution(ops, rng, 0.6) for _ in range(2000)]
+    for d in draws[:300]:
+        assert is_correct(d, sum(ops), strict=True) and d.endswith(f"#### {sum(ops)}")
+        pos = [d.index(c) for c in core_lines(ops)]
+        assert pos == sorted(pos)
+    assert graded_solution(ops, rng, 1.0) == ("We add 4 numbers.\nFirst, 56+85=141, so we have 141.\n"
+                                              "Then 141+42=183, so we have 183.\nThen 183+12=195, so we have 195.\n"
+                                              "So the total is 195.\n#### 195")
+    pr = graded_probabilities(0.6)
+    assert pr == {"opening": 0.6, "lead": 0.65, "closing": 0.7, "tail": 0.9}
+    assert graded_probabilities(0.9)["tail"] == 1.0 and set(pr) == set(GRADES)
+    n = len(draws)
+    seen = {"opening": sum(d.startswith("We add 4 numbers.") for d in draws) / n,
+            "closing": sum("So the total is 195." in d for d in draws) / n,
+            "tail": sum(d.count(", so we have") for d in draws) / (3 * n),
+            "lead": sum(d.count("First, ") + d.count("Then ") for d in draws) / (3 * n)}
+    for kind, rate in seen.items():  # each kind present at its own probability (4 standard errors)
+        assert abs(rate - pr[kind]) < 4 * (pr[kind] * (1 - pr[kind]) / n) ** 0.5 + 1e-9, (kind, rate)
+    graded = TaskConfig(style="graded")
+    a = make_split(graded, "val", 20)
+    assert a == make_split(graded, "val", 20) and [p.prompt for p in a] == [p.prompt for p in make_split(TaskConfig(), "val", 20)]
+    assert all(p.solution.endswith(f"#### {p.answer}") for p in a)
+    assert sample_solution(graded, ops, random.Random(3)) == graded_solution(ops, random.Random(3), graded.slack)
+
+
 def test_problem_solution_follows_the_style_and_is_deterministic():
     worked, terse = TaskConfig(), TaskConfig(style="terse")
     a, b = make_split(worked, "val", 20), make_split(terse, "val", 20)

@@ -10,6 +10,7 @@ The criteria (issue "Lab v2", for each SFT checkpoint with three RL seeds per ar
 * **order** - in at least ``min_length_first`` no-filter runs, held-out length falls by the length
   threshold at an earlier validation step than accuracy falls by the accuracy threshold
   (:func:`phantom.dynamics.dynamics`, ``order == "length first"``);
+* both of these for the shaped-score filter's runs too, where ``unsafe`` names that arm (``score``);
 * **outcome** - the outcome arm's mean final accuracy is at least ``min_gain`` above the start, and no
   outcome run ends more than ``max_loss`` below it;
 * **Dr. GRPO** - no Dr. GRPO no-filter run collapses (every one ends above ``collapse_acc``).
@@ -27,18 +28,20 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["KINDS", "run_kind", "sweep_runs", "warmstart_runs", "at_step", "acceptance", "passing"]
+__all__ = ["KINDS", "UNSAFE", "run_kind", "sweep_runs", "warmstart_runs", "at_step", "acceptance", "passing"]
 
 #: the three arms the criteria read: GRPO without a filter, GRPO with the outcome filter, Dr. GRPO without one
 KINDS: tuple[str, ...] = ("none", "outcome", "drgrpo")
+#: the unsafe arms the collapse and order criteria may read: no filter (always) and the shaped-score filter
+UNSAFE: tuple[str, ...] = ("none", "score")
 _NEEDED = ("sft_seed", "seed", "kind", "acc0", "acc_end", "order")
 
 
 def run_kind(estimator: str, arm: str) -> str | None:
-    """Which criterion a run belongs to: ``none``, ``outcome``, ``drgrpo``, or None (not read)."""
+    """Which criterion a run belongs to: ``none``, ``score``, ``outcome``, ``drgrpo``, or None (not read)."""
     if estimator == "drgrpo":
         return "drgrpo" if arm == "none" else None
-    if estimator == "grpo" and arm in ("none", "outcome"):
+    if estimator == "grpo" and arm in ("none", "score", "outcome"):
         return arm
     return None
 
@@ -95,11 +98,16 @@ def at_step(table: pd.DataFrame, frames: Mapping[str, pd.DataFrame], step: int, 
 
 
 def acceptance(table: pd.DataFrame, *, collapse_acc: float = 0.10, min_length_first: int = 2,
-               min_gain: float = 0.03, max_loss: float = 0.05) -> pd.DataFrame:
+               min_gain: float = 0.03, max_loss: float = 0.05, unsafe: Sequence[str] = ("none",)) -> pd.DataFrame:
     """One row per warm start (index ``sft_seed``): the numbers each criterion reads and whether it holds.
 
+    ``unsafe``: the arms the collapse and order criteria read - ``("none",)``, or ``("none", "score")``
+    for a sweep that ran the shaped-score filter too (its columns then carry a ``score_`` prefix).
     A warm start missing the runs of an arm fails that arm's criterion (nothing is assumed).
     """
+    unsafe = tuple(unsafe)
+    if unsafe not in (("none",), UNSAFE):
+        raise ValueError(f"unsafe={unsafe!r} is invalid; allowed: ('none',) or {UNSAFE!r}")
     missing = [c for c in _NEEDED if c not in table.columns]
     if missing:
         raise ValueError(f"acceptance() needs the column(s) {missing}; the table has {list(table.columns)}")
@@ -124,11 +132,19 @@ def acceptance(table: pd.DataFrame, *, collapse_acc: float = 0.10, min_length_fi
         }
         row["collapse_ok"] = bool(len(n) and (n["acc_end"] <= collapse_acc).all())
         row["order_ok"] = row["length_first"] >= min_length_first
+        if "score" in unsafe:
+            sc = g[g["kind"] == "score"]
+            sc_orders = sc["order"].tolist()
+            row.update(score_n=len(sc), score_max=float(sc["acc_end"].max()) if len(sc) else float("nan"),
+                       score_length_first=sc_orders.count("length first"))
+            row["collapse_ok"] = row["collapse_ok"] and bool(len(sc) and (sc["acc_end"] <= collapse_acc).all())
+            row["order_ok"] = row["order_ok"] and row["score_length_first"] >= min_length_first
         row["outcome_ok"] = bool(len(o) and row["outcome_gain"] >= min_gain and row["outcome_worst"] >= -max_loss)
         row["drgrpo_ok"] = bool(len(d) and (d["acc_end"] > collapse_acc).all())
         row["all_ok"] = row["collapse_ok"] and row["order_ok"] and row["outcome_ok"] and row["drgrpo_ok"]
         rows.append(row)
-    cols = ["sft_seed", "acc0", "none_n", "none_max", "length_first", "same_step", "accuracy_first", "outcome_n",
+    cols = ["sft_seed", "acc0", "none_n", "none_max", "length_first", "same_step", "accuracy_first",
+            *(["score_n", "score_max", "score_length_first"] if "score" in unsafe else []), "outcome_n",
             "outcome_gain", "outcome_worst", "drgrpo_n", "drgrpo_min", "collapse_ok", "order_ok", "outcome_ok",
             "drgrpo_ok", "all_ok"]
     return pd.DataFrame(rows, columns=cols).set_index("sft_seed")

@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--terms", type=int, nargs=2, default=None, help="default: the lab profile's task")
     t.add_argument("--max-operand", type=int, default=None)
     t.add_argument("--wording", default=None)
-    t.add_argument("--style", default=None, help="worked (prose around the steps) or terse")
+    t.add_argument("--style", default=None, help="worked (prose around the steps), graded (the same, each kind at its own rate) or terse")
     t.add_argument("--slack", type=float, default=None, help="worked style: share of removable prose, 0..1")
     t.add_argument("--profile", default="lab", help="SFT profile whose task gives the defaults")
 
@@ -81,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
 def _criteria(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from phantom.lab.acceptance import acceptance, at_step, passing, warmstart_runs
+    from phantom.lab.acceptance import UNSAFE, acceptance, at_step, passing, warmstart_runs
     from phantom.runs import runs_root
 
     if args.step is not None and args.step < 1:
@@ -91,7 +91,10 @@ def _criteria(args: argparse.Namespace) -> int:
         raise ValueError(f"no finished run of {args.sweep} under {runs_root(args.runs_dir)}")
     if args.step is not None:
         table = at_step(table, frames, args.step)
-    acc = acceptance(table)
+    # a sweep that ran the shaped-score filter is held to the collapse and order criteria on it too
+    unsafe = UNSAFE if table["kind"].eq("score").any() else ("none",)
+    acc = acceptance(table, unsafe=unsafe)
+    print(f"unsafe arms read: {', '.join(unsafe)}")
     with pd.option_context("display.width", 200):
         print(acc.round(3).to_string())
     ok = passing(acc)

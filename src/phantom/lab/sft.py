@@ -141,6 +141,9 @@ PROFILES: dict[str, SFTConfig] = {
     "lab_slack_low": SFTConfig(profile="lab_slack_low", **{**_STYLE, "task": replace(LAB_TASK, slack=0.3)}),
     "lab_slack_high": SFTConfig(profile="lab_slack_high", **{**_STYLE, "task": replace(LAB_TASK, slack=1.0),
                                                              "max_new": 192}),
+    # the graded style (one wording per piece, the kinds kept with probabilities 0.6 / 0.65 / 0.7 / 0.9), a
+    # candidate for a gradual length decline: greedy answers drop one kind at a time, the tails last
+    "lab_graded": SFTConfig(profile="lab_graded", **{**_STYLE, "task": replace(LAB_TASK, style="graded")}),
     "lab_terse": SFTConfig(profile="lab_terse", **{**_STYLE, "task": replace(LAB_TASK, style="terse"), "max_new": 96}),
     # `make test`'s book: a smaller model, a fraction of the steps, the same recipe in one profile
     "quick": SFTConfig(profile="quick", model=ModelConfig(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128),

@@ -15,6 +15,9 @@ GSM8K-style answer line. Two answer styles:
   ``slack`` is the knob for how much removable text a solution carries (0: none, 1: every piece).
   GSM8K answers carry much such text (~266 tokens, paper §8), so shortening can remove prose before
   it removes reasoning; varied wording lets the trimming be gradual.
+* ``style="graded"``: the worked style's prose with one wording per piece, each kind kept with its own
+  probability (``slack`` for the opening, a little more for lead-ins and the closing, most for the
+  running-total tails), so greedy trimming removes the kinds one at a time, the tails last.
 * ``style="terse"``: the partial sums and the answer line only (spacing and an optional
   ``Total:`` recap are the only removable parts): ``"38+7=45\\n45+91=136\\n#### 136"``.
 
@@ -27,7 +30,7 @@ Public API (used by the lab and by the verl data builder):
 
 * ``TaskConfig(terms=(2, 5), max_operand=99, wording="symbolic", style="worked", slack=0.6)``;
   ``wording`` is ``"symbolic"``, ``"words"`` or ``"mixed"`` (each problem picks one from its own seed);
-  ``style`` is ``"worked"`` or ``"terse"``; ``slack`` in ``[0, 1]`` (worked style only).
+  ``style`` is ``"worked"``, ``"graded"`` or ``"terse"``; ``slack`` in ``[0, 1]`` (not read by terse).
 * ``problem(cfg, split, index) -> Problem``: problem number ``index`` of a split, a pure function
   of its arguments (no global RNG state).
 * ``make_split(cfg, split, n, start=0) -> list[Problem]``: problems ``start..start+n-1``.
@@ -50,12 +53,13 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 
 __all__ = ["DATA_SOURCE", "SPLITS", "WORDINGS", "STYLES", "TaskConfig", "Problem", "problem", "make_split",
-           "iter_split", "solution_text", "styled_solution", "worked_solution", "sample_solution", "core_lines"]
+           "iter_split", "solution_text", "styled_solution", "worked_solution", "graded_solution",
+           "graded_probabilities", "GRADES", "sample_solution", "core_lines"]
 
 DATA_SOURCE = "phantom_lab"
 SPLITS: tuple[str, ...] = ("train", "val")
 WORDINGS: tuple[str, ...] = ("symbolic", "words", "mixed")
-STYLES: tuple[str, ...] = ("worked", "terse")
+STYLES: tuple[str, ...] = ("worked", "graded", "terse")
 _VAL_BUCKETS = 10  # one bucket in ten is held out
 
 _NAMES = ("Ada", "Ben", "Chloe", "Dev", "Ema", "Finn", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lena", "Mia", "Noor",
@@ -71,9 +75,11 @@ class TaskConfig:
     terms: tuple[int, int] = (2, 5)
     max_operand: int = 99
     wording: str = "symbolic"
-    #: answer style: ``worked`` (GSM8K-like prose around the steps) or ``terse`` (steps only)
+    #: answer style: ``worked`` (GSM8K-like prose around the steps), ``graded`` (the same prose, one
+    #: wording per piece, each kind of piece kept with its own probability) or ``terse`` (steps only)
     style: str = "worked"
-    #: worked style: probability of each removable prose piece (0: none, 1: all); terse ignores it
+    #: worked style: probability of each removable prose piece (0: none, 1: all); graded style: that of
+    #: the least-kept kind (the others sit above it, see :data:`GRADES`); terse ignores it
     slack: float = 0.6
 
     def __post_init__(self) -> None:
@@ -205,11 +211,49 @@ def worked_solution(operands: tuple[int, ...], rng: random.Random, slack: float)
     return "\n".join(lines)
 
 
+#: The graded style's pieces, one wording each, and how far above ``slack`` each kind's probability sits.
+#: Greedy decoding keeps a piece while its probability is above one half, so a policy pushed to shorter
+#: answers drops the kinds one after another, in this order: first those that carry nothing (the opening,
+#: the lead-ins, the closing sentence), last the running-total tails, which restate the partial sum the
+#: next step builds on. In the worked style every tail hangs on one shared decision (", " after a step)
+#: at the same margin as every other piece, so all of them flip in the same update.
+GRADES: dict[str, float] = {"opening": 0.0, "lead": 0.05, "closing": 0.1, "tail": 0.3}
+_G_OPENING, _G_FIRST_LEAD, _G_LEAD = "We add {n} numbers.", "First, ", "Then "
+_G_TAIL, _G_CLOSING = ", so we have {c}.", "So the total is {s}."
+
+
+def graded_probabilities(slack: float) -> dict[str, float]:
+    """Each kind's probability of being present in the graded style (``slack`` plus its grade, at most 1)."""
+    return {kind: min(1.0, round(slack + up, 9)) for kind, up in GRADES.items()}
+
+
+def graded_solution(operands: tuple[int, ...], rng: random.Random, slack: float) -> str:
+    """A worked solution whose removable pieces are kept with graded probabilities.
+
+    As in :func:`worked_solution` the steps and the answer line never change; each piece has a single
+    wording, so its greedy presence depends on one margin, and the kinds' margins differ.
+    """
+    pr, total = graded_probabilities(slack), sum(operands)
+    lines = [_G_OPENING.format(n=len(operands))] if rng.random() < pr["opening"] else []
+    acc = operands[0]
+    for i, (x, core) in enumerate(zip(operands[1:], core_lines(operands))):
+        lead = (_G_FIRST_LEAD if i == 0 else _G_LEAD) if rng.random() < pr["lead"] else ""
+        acc += x
+        tail = _G_TAIL.format(c=acc) if rng.random() < pr["tail"] else ""
+        lines.append(f"{lead}{core}{tail}")
+    if rng.random() < pr["closing"]:
+        lines.append(_G_CLOSING.format(s=total))
+    lines.append(f"#### {total}")
+    return "\n".join(lines)
+
+
 def sample_solution(cfg: TaskConfig, operands: tuple[int, ...], rng: random.Random, *, p_spaced: float = 0.5,
                     p_recap: float = 0.3) -> str:
     """A fresh solution in ``cfg``'s style (what SFT imitates); ``p_spaced``/``p_recap``: terse style only."""
     if cfg.style == "terse":
         return styled_solution(operands, rng, p_spaced, p_recap)
+    if cfg.style == "graded":
+        return graded_solution(operands, rng, cfg.slack)
     return worked_solution(operands, rng, cfg.slack)
 
 
@@ -245,7 +289,8 @@ def problem(cfg: TaskConfig, split: str, index: int) -> Problem:
     if cfg.style == "terse":
         solution = solution_text(ops)
     else:  # one reference draw from the problem's own seed (verl data, tests); SFT draws its own
-        solution = worked_solution(ops, random.Random(_seed("solution", split, index, *ops)), cfg.slack)
+        draw = graded_solution if cfg.style == "graded" else worked_solution
+        solution = draw(ops, random.Random(_seed("solution", split, index, *ops)), cfg.slack)
     return Problem(prompt=prompt, solution=solution, answer=sum(ops), operands=ops, split=split,
                    index=int(index), wording=wording)
 
