@@ -1,7 +1,7 @@
 """The lab's task: running sums with worked steps, ending in ``#### <int>``.
 
 A problem adds 2..N two-digit numbers. A solution writes one partial sum per step and then the
-GSM8K-style answer line. Two answer styles:
+GSM8K-style answer line. Three answer styles:
 
 * ``style="worked"`` (the default): GSM8K-like worked solutions. The partial sums (``38+7=45``) and
   the ``#### 136`` line carry correctness; around them sits removable prose - a sentence restating
