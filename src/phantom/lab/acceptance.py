@@ -116,6 +116,11 @@ def acceptance(table: pd.DataFrame, *, collapse_acc: float = 0.10, min_length_fi
             raise ValueError(f"{name}={value!r} is invalid; allowed: -1 < {name} < 1")
     if not (isinstance(min_length_first, int) and min_length_first >= 1):
         raise ValueError(f"min_length_first={min_length_first!r} is invalid; allowed: an int >= 1")
+    def held(runs: pd.DataFrame) -> tuple[bool, bool]:
+        """Whether an unsafe arm's runs all collapse, and whether enough of them lose length first."""
+        return (bool(len(runs) and (runs["acc_end"] <= collapse_acc).all()),
+                runs["order"].tolist().count("length first") >= min_length_first)
+
     rows = []
     for sft, g in table.groupby("sft_seed", sort=True):
         n, o, d = (g[g["kind"] == k] for k in KINDS)
@@ -130,15 +135,14 @@ def acceptance(table: pd.DataFrame, *, collapse_acc: float = 0.10, min_length_fi
             "outcome_worst": float(change.min()) if len(o) else float("nan"),
             "drgrpo_n": len(d), "drgrpo_min": float(d["acc_end"].min()) if len(d) else float("nan"),
         }
-        row["collapse_ok"] = bool(len(n) and (n["acc_end"] <= collapse_acc).all())
-        row["order_ok"] = row["length_first"] >= min_length_first
+        verdicts = [held(n)]
         if "score" in unsafe:
             sc = g[g["kind"] == "score"]
-            sc_orders = sc["order"].tolist()
             row.update(score_n=len(sc), score_max=float(sc["acc_end"].max()) if len(sc) else float("nan"),
-                       score_length_first=sc_orders.count("length first"))
-            row["collapse_ok"] = row["collapse_ok"] and bool(len(sc) and (sc["acc_end"] <= collapse_acc).all())
-            row["order_ok"] = row["order_ok"] and row["score_length_first"] >= min_length_first
+                       score_length_first=sc["order"].tolist().count("length first"))
+            verdicts.append(held(sc))
+        row["collapse_ok"] = all(c for c, _ in verdicts)
+        row["order_ok"] = all(o_ for _, o_ in verdicts)
         row["outcome_ok"] = bool(len(o) and row["outcome_gain"] >= min_gain and row["outcome_worst"] >= -max_loss)
         row["drgrpo_ok"] = bool(len(d) and (d["acc_end"] > collapse_acc).all())
         row["all_ok"] = row["collapse_ok"] and row["order_ok"] and row["outcome_ok"] and row["drgrpo_ok"]
