@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _warmstart_runs import runs_by_arm
+from _warmstart_runs import meets, runs_by_arm
 
 from phantom.book.results import same_curves
 from phantom.lab.rl import VAL_ACC
@@ -87,15 +87,7 @@ def test_the_outcome_arm_gains_and_dr_grpo_holds(cells):
 
 
 def test_every_criterion_holds_on_six_of_eight_warm_starts(cells):
-    def meets(sft: int) -> bool:
-        unsafe = [cells[a, sft] for a in ("none", "score")]
-        o, d = cells["outcome", sft], cells["drgrpo", sft]
-        return (all(x["acc_end"] <= 0.10 for u in unsafe for x in u)
-                and all([x["order"] for x in u].count("length first") >= 2 for u in unsafe)
-                and np.mean([x["acc_end"] - x["acc0"] for x in o]) >= 0.03
-                and all(x["acc_end"] >= x["acc0"] - 0.05 for x in o) and all(x["acc_end"] > 0.10 for x in d))
-
-    assert [s for s in SFT_SEEDS if meets(s)] == [0, 1, 2, 3, 5, 7]
+    assert [s for s in SFT_SEEDS if meets(cells, s)] == [0, 1, 2, 3, 5, 7]
 
 
 def test_phantom_lab_criteria_agrees_and_reads_the_score_arm(capsys):
