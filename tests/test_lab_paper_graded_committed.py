@@ -1,12 +1,14 @@
-"""The committed paper sweep in the graded style at lr 2e-3 (data/runs/lab_paper_graded_2e-3): every cell of
-`paper`, from the graded-style warm start of SFT seed 0 at lr 2e-3, and which claims of chapters 4 and 6-8
-hold on it, as its README says. It measures what making that setting the book's default would keep."""
+"""The committed paper sweeps in the graded style at lr 2e-3 (data/runs/lab_paper_graded_2e-3 from SFT seed 0,
+data/runs/lab_paper_graded_2e-3_sft1 from SFT seed 1): every cell of `paper` from one graded-style warm start,
+and which claims of chapters 4 and 6-8 hold on each, as its README says. They measure what making that
+setting the book's default would keep."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from phantom.book.chapters import resolve_chapter
@@ -15,52 +17,63 @@ from phantom.lab.sweep import expand, load_sweep
 from phantom.runs import iter_runs
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = ROOT / "data" / "runs" / "lab_paper_graded_2e-3"
+DATA = ROOT / "data" / "runs"
+#: folder -> (SFT seed, the claims its README lists as failing)
+FOLDERS = {
+    "lab_paper_graded_2e-3": (0, {"gspo-outcome-fails-long", "lab-maskdrop-within-noise"}),
+    "lab_paper_graded_2e-3_sft1": (1, {"gspo-outcome-fails-long", "rev-unsaturated-collapses"}),
+}
 CHAPTERS = ("collapse_cpu", "dose_direction_format", "estimators", "what_does_not_matter")
 
 
-def test_it_is_the_paper_sweep_in_the_graded_style_at_2e3():
+@pytest.mark.parametrize("folder", sorted(FOLDERS))
+def test_it_is_the_paper_sweep_in_the_graded_style_at_2e3(folder):
+    runs_dir, (seed, _) = DATA / folder, FOLDERS[folder]
     paper = yaml.safe_load((ROOT / "src" / "phantom" / "lab" / "sweeps" / "paper.yaml").read_text())
-    mine = load_sweep(RUNS / "sweep.yaml")
+    mine = load_sweep(runs_dir / "sweep.yaml")
     assert mine["groups"] == paper["groups"] and list(mine["profiles"]) == ["full"]
-    assert mine["base"] == {**paper["base"], "model": "lab_graded", "lr": 0.002}
+    assert mine["base"] == {**paper["base"], "model": "lab_graded", "lr": 0.002, **({"sft_seed": seed} if seed else {})}
     want = sorted(c.name for c in expand(mine, "full"))
-    runs = list(iter_runs(RUNS))
+    runs = list(iter_runs(runs_dir))
     assert sorted(r.name for r in runs) == want and len(want) == len(expand(paper, "full")) == 36
     for r in runs:
         m = r.manifest()
-        assert m["status"] == "done" and m["sweep"]["name"] == mine["name"] == "paper_graded_2e-3"
-        assert m["spec"]["model"] == "lab_graded" and m["spec"]["lr"] == 2e-3 and not m["spec"].get("sft_seed")
+        assert m["status"] == "done" and m["sweep"]["name"] == mine["name"]
+        assert m["spec"]["model"] == "lab_graded" and m["spec"]["lr"] == 2e-3
+        assert m["spec"].get("sft_seed") == (seed or None)
         assert m["sft"]["key"] == runs[0].manifest()["sft"]["key"]  # one warm start
 
 
-def _listed() -> set[str]:
-    text = (RUNS / "README.md").read_text()
+def _listed(runs_dir: Path) -> set[str]:
+    text = (runs_dir / "README.md").read_text()
     return {m.group(1) for line in text.splitlines() if (m := re.match(r"- `([a-z0-9-]+)`: ", line))}
 
 
-def test_the_claims_that_fail_in_this_setting_are_the_ones_listed(tmp_path):
+@pytest.mark.parametrize("folder", sorted(FOLDERS))
+def test_the_claims_that_fail_in_this_setting_are_the_ones_listed(folder, tmp_path):
+    runs_dir, (_, fails) = DATA / folder, FOLDERS[folder]
     failed, total = set(), 0
     for short in CHAPTERS:
         res = execute_chapter(resolve_chapter(short, ROOT), tmp_path / f"{short}.ipynb",
-                              {"profile": "full", "sweep": str(RUNS / "sweep.yaml"), "runs_root": str(RUNS)},
-                              root=ROOT, runs=RUNS)
+                              {"profile": "full", "sweep": str(runs_dir / "sweep.yaml"), "runs_root": str(runs_dir)},
+                              root=ROOT, runs=runs_dir)
         total += len(res.claims)
         failed |= {r["key"] for r in res.claims if r["status"] == "fails"}
-    assert failed == _listed() == {"gspo-outcome-fails-long", "lab-maskdrop-within-noise"}, failed
-    assert f"{len(failed)} of the {total} claims of chapters 4 and 6-8" in " ".join((RUNS / "README.md").read_text().split())
+    assert failed == _listed(runs_dir) == fails, failed
+    assert f"{len(failed)} of the {total} claims of chapters 4 and 6-8" in " ".join((runs_dir / "README.md").read_text().split())
 
 
 _ROW = re.compile(r"\| (?P<group>[a-z_]+) \| `(?P<name>[^`]+)` \| (?P<a0>[\d.]+) \| (?P<a1>[\d.]+)(?P<noise> \(p = "
                   r"(?P<p>[\d.]+); de-noised (?P<dn>[\d.]+)\))? \| (?P<l0>\d+) → (?P<l1>\d+) \| (?P<order>[a-z ]+) \|")
 
 
-def test_the_readme_table_is_the_runs():
+@pytest.mark.parametrize("folder", ["lab_paper_graded_2e-3"])  # the folder with a table
+def test_the_readme_table_is_the_runs(folder):
     """Every run's row of the README's table, its own columns recomputed from the run's log."""
     from phantom.dynamics import run_dynamics
 
-    rows = [m for line in (RUNS / "README.md").read_text().splitlines() if (m := _ROW.match(line))]
-    runs = {r.name: r for r in iter_runs(RUNS)}
+    rows = [m for line in (DATA / folder / "README.md").read_text().splitlines() if (m := _ROW.match(line))]
+    runs = {r.name: r for r in iter_runs(DATA / folder)}
     assert sorted(m["name"] for m in rows) == sorted(runs)
     for m in rows:
         run = runs[m["name"]]
