@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from _chapter_claims import failing_claims, lab_chapter_claims
 
-from phantom.book.chapters import resolve_chapter
-from phantom.book.execute import execute_chapter
 from phantom.book.results import VAL_ACC, VAL_LEN
 from phantom.dynamics import run_dynamics
 from phantom.lab.sweep import expand, load_sweep
@@ -26,7 +25,6 @@ from phantom.runs import iter_runs, read_metrics
 ROOT = Path(__file__).resolve().parents[1]
 AMD = ROOT / "data" / "runs" / "lab_paper_amd"
 SWEEPS = sorted(p.name for p in AMD.iterdir() if (p / "sweep.yaml").is_file())
-CHAPTERS = ("collapse_cpu", "dose_direction_format", "estimators", "what_does_not_matter")
 
 
 def test_each_copy_is_the_paper_sweep_on_its_warm_start():
@@ -158,12 +156,9 @@ def test_the_readme_table_and_statements():
 def test_every_lab_chapter_claim_holds_on_the_other_machine(sweep, tmp_path):
     folder = AMD / sweep
     failed = {}
-    for short in CHAPTERS:
-        res = execute_chapter(resolve_chapter(short, ROOT), tmp_path / f"{short}.ipynb",
-                              {"profile": "full", "sweep": str(folder / "sweep.yaml"), "runs_root": str(folder)},
-                              root=ROOT, runs=folder)
-        assert res.claims, short
-        bad = [(r["key"], r["claim"], r.get("data")) for r in res.claims if r["status"] not in ("holds", "skipped")]
+    for short, claims in lab_chapter_claims(folder, tmp_path).items():
+        assert claims, short
+        bad = [(r["key"], r["claim"], r.get("data")) for r in claims if r["status"] not in ("holds", "skipped")]
         if bad:
             failed[short] = bad
     assert not failed, failed
@@ -277,13 +272,7 @@ def test_the_held_out_warm_start_and_its_longer_runs():
 def test_the_claims_that_fail_on_the_held_out_warm_start_are_the_ones_listed(tmp_path):
     """Out of sample the book does not hold everywhere: exactly the claims the README lists fail there."""
     folder = HELDOUT / "sft3"
-    failed, total = set(), 0
-    for short in CHAPTERS:
-        res = execute_chapter(resolve_chapter(short, ROOT), tmp_path / f"{short}.ipynb",
-                              {"profile": "full", "sweep": str(folder / "sweep.yaml"), "runs_root": str(folder)},
-                              root=ROOT, runs=folder)
-        total += len(res.claims)
-        failed |= {r["key"] for r in res.claims if r["status"] == "fails"}
+    failed, total = failing_claims(folder, tmp_path)
     assert failed == _failing_claims_listed(), failed
     for readme in (HELDOUT / "README.md", ROOT / "README.md"):
         assert f"{len(failed)} of the {total} claims of chapters 4 and 6-8" in " ".join(readme.read_text().split())
