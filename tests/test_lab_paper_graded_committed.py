@@ -38,6 +38,7 @@ def test_it_is_the_paper_sweep_in_the_graded_style_at_2e3(folder):
         m = r.manifest()
         assert m["status"] == "done" and m["sweep"]["name"] == mine["name"]
         assert m["spec"]["model"] == "lab_graded" and m["spec"]["lr"] == 2e-3
+        assert m["spec"]["task"]["style"] == "graded"  # the difficulty cells' partial task keeps the style
         assert m["spec"].get("sft_seed") == (seed or None)
         assert m["sft"]["key"] == runs[0].manifest()["sft"]["key"]  # one warm start
 

@@ -115,6 +115,18 @@ def test_task_default_follows_the_model_profile():
     assert ArmSpec(task={"terms": [2, 3]}).task["terms"] == [2, 3]
 
 
+def test_a_partial_task_overrides_only_its_fields_of_the_profiles_task():
+    from phantom.lab.sft import PROFILES
+
+    own = PROFILES["lab_graded"].task.to_dict()
+    t = ArmSpec(model="lab_graded", task={"terms": [3, 5]}).task
+    assert t["terms"] == [3, 5] and own["terms"] != [3, 5]
+    assert {k: v for k, v in t.items() if k != "terms"} == {k: v for k, v in own.items() if k != "terms"}
+    assert t["style"] == "graded"
+    with pytest.raises(ValueError, match="unknown field"):
+        ArmSpec(model="lab_graded", task={"trems": [3, 5]})
+
+
 def test_max_new_and_warm_start_follow_the_profile():
     from phantom.lab.sft import PROFILES
 
@@ -141,3 +153,4 @@ def test_cli_task_defaults_to_the_lab_task_and_takes_style_and_slack(capsys):
     assert [r["prompt"] for r in terse] == [r["prompt"] for r in rows]
     assert sum(len(r["solution"]) for r in terse) < sum(len(r["solution"]) for r in rows)
     assert lab_main(["task", "--slack", "2"]) == 2 and "slack" in capsys.readouterr().err
+

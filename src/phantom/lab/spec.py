@@ -133,7 +133,10 @@ class ArmSpec:
         from phantom.lab.sft import PROFILES  # lazy: keeps `phantom lab --help` light
 
         _choice("model", self.model, tuple(PROFILES))
-        task = PROFILES[self.model].task if self.task is None else TaskConfig.from_dict(self.task)
+        # a partial task dict overrides the profile's task field by field: `{terms: [3, 5]}` from the
+        # graded warm start must keep its graded style and slack, not fall back to TaskConfig's defaults
+        own = PROFILES[self.model].task
+        task = own if self.task is None else TaskConfig.from_dict({**own.to_dict(), **dict(self.task)})
         s(self, "task", task.to_dict())
         s(self, "max_new", _int("max_new", PROFILES[self.model].max_new if self.max_new is None else self.max_new,
                                 1, 192))
