@@ -1,10 +1,14 @@
 """The lab chapters' claims on another kind of CPU (data/runs/lab_paper_amd): each chapter that reads the
-paper sweep is executed on each committed copy of it, and every claim must hold there too.
+paper sweep is executed on each committed copy of it, and the claims that fail there must be the ones its
+README lists.
 
 A fresh clone on a machine whose torch picks other kernels trains another warm start and runs every cell
 from it (the build of `make book` on an AMD EPYC did: warm start 0.613, not 0.570, and seven claims
 written against one machine's trajectories failed). A claim that only one trajectory supports is a claim
-about that machine; this test is where such a claim fails before a reader's build does.
+about that machine; this test is where such a claim shows before a reader's build does. These copies ran
+the lab's first main setting (worked answers at lr 2.5e-3, `FIRST_SETTING`); the book's claims are written
+for the graded main setting that replaced it on 2026-12-06, so the one claim that setting changed the
+answer of (GSPO's outcome arm holds) fails on them, and is listed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from phantom.runs import iter_runs, read_metrics
 ROOT = Path(__file__).resolve().parents[1]
 AMD = ROOT / "data" / "runs" / "lab_paper_amd"
 SWEEPS = sorted(p.name for p in AMD.iterdir() if (p / "sweep.yaml").is_file())
+#: The base of `paper.yaml` when these copies ran (before the graded main setting of 2026-12-06).
+FIRST_SETTING = {"steps": 40, "lam": 0.3, "model": "lab"}
 
 
 def test_each_copy_is_the_paper_sweep_on_its_warm_start():
@@ -35,13 +41,17 @@ def test_each_copy_is_the_paper_sweep_on_its_warm_start():
         mine = load_sweep(AMD / name / "sweep.yaml")
         seed = int(name.removeprefix("sft"))
         assert mine["groups"] == paper["groups"], name
-        assert mine["base"] == {**paper["base"], **({"sft_seed": seed} if seed else {})}, name
+        assert mine["base"] == {**FIRST_SETTING, **({"sft_seed": seed} if seed else {})}, name
+        # the main setting since differs from these copies only in the answer style and the learning rate
+        assert {k: v for k, v in paper["base"].items() if k not in ("model", "lr")} == {
+            k: v for k, v in FIRST_SETTING.items() if k != "model"}
         want = sorted(c.name for c in expand(mine, "full"))
         runs = list(iter_runs(AMD / name))
         assert sorted(r.name for r in runs) == want and len(want) == len(expand(paper, "full")), name
         for r in runs:
             m = r.manifest()
             assert m["status"] == "done" and m["spec"]["profile"] == "full"
+            assert m["spec"]["model"] == "lab" and m["spec"]["lr"] == 2.5e-3  # the first setting
             assert m["sft"]["key"] == runs[0].manifest()["sft"]["key"]  # one warm start per folder
             assert m["sweep"]["name"] == mine["name"], (name, r.name)  # the file is the one the runs ran
             assert m["git_commit"].startswith("208f05b")  # as the README says
@@ -151,26 +161,30 @@ def test_the_readme_table_and_statements():
     assert light.iloc[-1] >= light.iloc[0] - 0.05  # "though within 0.05 of its start"
 
 
+def _listed(readme: Path) -> set[str]:
+    """The claim keys a README lists as not holding on its runs (lines '- `key`: ...')."""
+    return {m.group(1) for line in readme.read_text().splitlines() if (m := re.match(r"- `([a-z0-9-]+)`: ", line))}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sweep", SWEEPS)
-def test_every_lab_chapter_claim_holds_on_the_other_machine(sweep, tmp_path):
+def test_the_claims_that_fail_on_the_other_machine_are_the_ones_listed(sweep, tmp_path):
+    """Every chapter reads the copy and checks claims on it; exactly the README's list fails there."""
     folder = AMD / sweep
-    failed = {}
-    for short, claims in lab_chapter_claims(folder, tmp_path).items():
-        assert claims, short
-        bad = [(r["key"], r["claim"], r.get("data")) for r in claims if r["status"] not in ("holds", "skipped")]
-        if bad:
-            failed[short] = bad
-    assert not failed, failed
+    claims = lab_chapter_claims(folder, tmp_path)
+    assert all(claims.values()), claims
+    failed = {r["key"] for rows in claims.values() for r in rows if r["status"] not in ("holds", "skipped")}
+    assert failed == _listed(AMD / "README.md"), failed
+    total = sum(map(len, claims.values()))
+    gs = [r for r in iter_runs(folder) if "estimators" in r.manifest()["sweep"]["groups"]
+          and r.manifest()["spec"]["arm"] == "outcome" and r.manifest()["spec"]["estimator"] == "gspo"]
+    d = run_dynamics(gs[0].path)
+    assert f"{d['acc0']:.3f} → {d['acc_end']:.3f}" in (AMD / "README.md").read_text()  # the listed claim's data
+    assert f"{len(failed)} of the {total} claims of chapters 4 and 6-8 fails on each" in " ".join(
+        (AMD / "README.md").read_text().split())
 
 
 HELDOUT = ROOT / "data" / "runs" / "lab_paper_amd_heldout"
-
-
-def _failing_claims_listed() -> set[str]:
-    """The claim keys the held-out folder's README lists as not holding there (lines '- `key`: ...')."""
-    text = (HELDOUT / "README.md").read_text()
-    return {m.group(1) for line in text.splitlines() if (m := re.match(r"- `([a-z0-9-]+)`: ", line))}
 
 
 def _ends(dyns, sep: str = " / ") -> str:
@@ -188,7 +202,7 @@ def test_the_held_out_warm_start_and_its_longer_runs():
     the logs."""
     paper = yaml.safe_load((ROOT / "src" / "phantom" / "lab" / "sweeps" / "paper.yaml").read_text())
     mine = load_sweep(HELDOUT / "sft3" / "sweep.yaml")
-    assert mine["groups"] == paper["groups"] and mine["base"] == {**paper["base"], "sft_seed": 3}
+    assert mine["groups"] == paper["groups"] and mine["base"] == {**FIRST_SETTING, "sft_seed": 3}
     runs = {r.name: r for r in iter_runs(HELDOUT / "sft3")}
     assert sorted(runs) == sorted(c.name for c in expand(mine, "full"))
     for r in runs.values():
@@ -262,6 +276,8 @@ def test_the_held_out_warm_start_and_its_longer_runs():
             and r.manifest()["spec"]["arm"] == "outcome" and r.manifest()["spec"]["estimator"] == "gspo"]
     assert f"clip 0.2 ends at {gspo[0].manifest()['summary']['final_acc']:.3f}, above its start" in text
     assert gspo[0].manifest()["summary"]["final_acc"] > dyn[0]["acc0"]
+    gacc = read_metrics(gspo[0].path)[VAL_ACC].dropna()
+    assert f"it fell to {gacc.min():.3f} at step {gacc.idxmin()}" in text and gacc.min() <= 0.10
     noisy = [r for r in runs.values() if r.manifest()["spec"]["noise_p"] == 0.05]
     true_end = read_metrics(noisy[0].path)["phantom/val/acc_true"].dropna()
     assert f"ends at {true_end.iloc[-1]:.3f} in true accuracy, {true_end.iloc[0] - true_end.iloc[-1]:.2f} below its start" in text
@@ -273,6 +289,6 @@ def test_the_claims_that_fail_on_the_held_out_warm_start_are_the_ones_listed(tmp
     """Out of sample the book does not hold everywhere: exactly the claims the README lists fail there."""
     folder = HELDOUT / "sft3"
     failed, total = failing_claims(folder, tmp_path)
-    assert failed == _failing_claims_listed(), failed
+    assert failed == _listed(HELDOUT / "README.md"), failed
     for readme in (HELDOUT / "README.md", ROOT / "README.md"):
         assert f"{len(failed)} of the {total} claims of chapters 4 and 6-8" in " ".join(readme.read_text().split())

@@ -17,10 +17,11 @@ from phantom.runs import iter_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "runs"
-#: folder -> (SFT seed, the claims its README lists as failing)
+#: folder -> (SFT seed, the claims its README lists as failing). Both empty since the switch of 2026-12-06:
+#: the chapters' claims were restated for this setting, and every claim must hold from both warm starts.
 FOLDERS = {
-    "lab_paper_graded_2e-3": (0, {"gspo-outcome-fails-long", "lab-maskdrop-within-noise"}),
-    "lab_paper_graded_2e-3_sft1": (1, {"gspo-outcome-fails-long", "rev-unsaturated-collapses"}),
+    "lab_paper_graded_2e-3": (0, set()),
+    "lab_paper_graded_2e-3_sft1": (1, set()),
 }
 
 
@@ -52,8 +53,13 @@ def _listed(runs_dir: Path) -> set[str]:
 def test_the_claims_that_fail_in_this_setting_are_the_ones_listed(folder, tmp_path):
     runs_dir, (_, fails) = DATA / folder, FOLDERS[folder]
     failed, total = failing_claims(runs_dir, tmp_path)
-    assert failed == _listed(runs_dir) == fails, failed
-    assert f"{len(failed)} of the {total} claims of chapters 4 and 6-8" in " ".join((runs_dir / "README.md").read_text().split())
+    assert failed == fails, failed
+    readme = " ".join((runs_dir / "README.md").read_text().split())
+    if failed:
+        assert _listed(runs_dir) == failed
+        assert f"{len(failed)} of the {total} claims of chapters 4 and 6-8 fail" in readme
+    else:
+        assert f"all {total} claims of chapters 4 and 6-8 hold" in readme
 
 
 _ROW = re.compile(r"\| (?P<group>[a-z_]+) \| `(?P<name>[^`]+)` \| (?P<a0>[\d.]+) \| (?P<a1>[\d.]+)(?P<noise> \(p = "

@@ -154,3 +154,28 @@ def test_cli_task_defaults_to_the_lab_task_and_takes_style_and_slack(capsys):
     assert sum(len(r["solution"]) for r in terse) < sum(len(r["solution"]) for r in rows)
     assert lab_main(["task", "--slack", "2"]) == 2 and "slack" in capsys.readouterr().err
 
+
+def test_cli_run_defaults_to_the_books_main_setting(monkeypatch, capsys):
+    """`phantom lab run --arm none` is the book's no-filter cell (the paper sweep's base), not ArmSpec's
+    older defaults: a user's extra seed must run the setting the chapters show."""
+    import dataclasses
+
+    import phantom.lab.rl as rl
+    from phantom.lab.sweep import expand, load_sweep
+
+    seen = []
+
+    class _Run:
+        path = "runs/x"
+
+        def manifest(self):
+            return {"summary": {}}
+
+    monkeypatch.setattr(rl, "run_arm", lambda spec, **kw: seen.append(spec) or _Run())
+    assert lab_main(["run", "--arm", "none", "--seed", "1"]) == 0
+    cell = next(c for c in expand(load_sweep("paper"), "full") if "core" in c.groups
+                and c.spec.arm == "none" and c.spec.seed == 1)
+    assert dataclasses.replace(seen[-1], profile="full") == cell.spec
+    assert cell.spec.model != ArmSpec().model  # the main setting is not ArmSpec's default
+    assert lab_main(["run", "--arm", "none", "--model", "lab", "--set", "lr=0.0025", "--lam", "0.1"]) == 0
+    assert (seen[-1].model, seen[-1].lr, seen[-1].lam) == ("lab", 0.0025, 0.1)

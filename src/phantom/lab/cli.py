@@ -1,11 +1,16 @@
 """``phantom lab ...``: the CPU lab from the command line.
 
     phantom lab task  [--split val] [--n 5] [--terms 4 6] [--style terse]     show problems (default: the lab task)
-    phantom lab sft   [--profile lab] [--seed 1]                               build / locate the warm start
+    phantom lab sft   [--profile lab_graded] [--seed 1]                        build / locate the warm start
     phantom lab run   --arm score --seed 1 [--set key=value ...] [--threads 2] one arm, in this process
     phantom lab sweep paper [--profile quick] [--jobs 2] [--dry-run]           papermill sweep
     phantom lab summary paper [--profile quick]                                endpoints and dynamics of a sweep
     phantom lab list                                                           known sweeps
+
+`task`, `sft` and `run` default to the book's main setting: the `base` of the `paper` sweep (its SFT
+profile, learning rate, steps and lambda), so that `phantom lab run --arm none --seed 3` is a fourth seed
+of the book's no-filter cell. ArmSpec's own defaults are older (the worked style at lr 2.5e-3) and stay,
+because committed sweeps rely on them.
 
 Bad input exits with status 2 and a message naming the value and the allowed ones.
 """
@@ -21,6 +26,13 @@ from phantom.cli import parse_sets
 __all__ = ["main"]
 
 
+def main_setting() -> dict:
+    """The book's main setting: the `paper` sweep's base spec fields (model, lr, steps, lam)."""
+    from phantom.lab.sweep import load_sweep
+
+    return dict(load_sweep("paper").get("base") or {})
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="phantom lab", description="The CPU lab (see `phantom lab COMMAND -h`).")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -34,20 +46,22 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--wording", default=None)
     t.add_argument("--style", default=None, help="worked (prose around the steps), graded (the same, each kind at its own rate) or terse")
     t.add_argument("--slack", type=float, default=None, help="worked style: share of removable prose, 0..1")
-    t.add_argument("--profile", default="lab", help="SFT profile whose task gives the defaults")
+    t.add_argument("--profile", default=None, help="SFT profile whose task gives the defaults (default: the "
+                   "main setting's, the paper sweep's model)")
 
     s = sub.add_parser("sft", help="build (if missing) and print the SFT warm-start checkpoint")
-    s.add_argument("--profile", default="lab")
+    s.add_argument("--profile", default=None, help="SFT profile (default: the main setting's)")
     s.add_argument("--seed", type=int, default=None, help="SFT seed (another checkpoint of the same profile)")
 
     r = sub.add_parser("run", help="run one arm in this process")
     r.add_argument("--arm", default="outcome")
     r.add_argument("--estimator", default="grpo")
     r.add_argument("--kind", default="length_short")
-    r.add_argument("--lam", type=float, default=0.3)
+    r.add_argument("--lam", type=float, default=None, help="default: the main setting's (0.3)")
     r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--steps", type=int, default=40)
-    r.add_argument("--model", default="lab")
+    r.add_argument("--steps", type=int, default=None, help="default: the main setting's (40)")
+    r.add_argument("--model", default=None, help="SFT profile (default: the main setting's); the learning "
+                   "rate stays the main setting's unless --set lr=...")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="any other ArmSpec field, e.g. --set kl_coef=0.001 --set sampling=dapo")
     r.add_argument("--name", default=None)
@@ -124,6 +138,8 @@ def _summary(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.cmd in ("task", "sft") and args.profile is None:
+            args.profile = main_setting().get("model", "lab")
         if args.cmd == "task":
             from phantom.lab.sft import resolve_sft
             from phantom.lab.task import TaskConfig, make_split
@@ -155,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
 
             threads = parse_threads(args.threads, what="--threads") if args.threads else lab_threads(
                 default=parse_threads("auto"))
-            spec = ArmSpec.from_dict({"arm": args.arm, "estimator": args.estimator, "kind": args.kind,
-                                      "lam": args.lam, "seed": args.seed, "steps": args.steps,
-                                      "model": args.model, **parse_sets(args.sets)})
+            given = {"lam": args.lam, "steps": args.steps, "model": args.model}
+            spec = ArmSpec.from_dict({**main_setting(), "arm": args.arm, "estimator": args.estimator,
+                                      "kind": args.kind, "seed": args.seed,
+                                      **{k: v for k, v in given.items() if v is not None}, **parse_sets(args.sets)})
             run = run_arm(spec, name=args.name, root=args.runs_dir, threads=threads)
             print(run.path)
             print(json.dumps(run.manifest().get("summary"), indent=2))

@@ -36,9 +36,9 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 @dataclass(frozen=True)
 class TrlArmSpec:
-    """Every knob of one TRL lab run (defaults: the lab's earlier ``ArmSpec`` main setting, one update per
-    step at lr 3.5e-3, which the committed runs in data/runs/trl_cpu_lab used; the lab now takes two
-    updates per step at lr 2.5e-3)."""
+    """Every knob of one TRL lab run (defaults: the lab's earlier main setting, worked answers with one
+    update per step at lr 3.5e-3, which the committed runs in data/runs/trl_cpu_lab used; the lab's main
+    setting now takes two updates per step at lr 2e-3 in the graded answer style)."""
 
     arm: str = "outcome"
     lam: float = 0.3
