@@ -88,7 +88,7 @@ def test_rules_chapter_trl_claims_follow_the_committed_runs(tmp_path):
 def test_chapter_run_reads_another_copy_of_the_paper_sweep(tmp_path):
     """`-p sweep FILE -p runs_root DIR` (both relative to the repository root, from any working directory):
     the chapter reads that copy's cells, runs nothing (they are finished), and its claims are checked there."""
-    rel = "data/runs/lab_paper_amd/sft1"
+    rel = "data/runs/lab_paper_graded_2e-3_sft1"  # the paper sweep from the main setting's SFT seed 1
     out = tmp_path / "ch7.ipynb"
     proc = subprocess.run([sys.executable, "-m", "phantom.cli", "chapter", "run", "estimators", "-p", "sweep",
                            f"{rel}/sweep.yaml", "-p", "runs_root", rel, "-o", str(out), "--force"],
@@ -113,7 +113,7 @@ def test_chapter_run_on_another_copy_exits_1_when_a_claim_fails(tmp_path):
     acc arm loses its accuracy, the claim that it holds fails and `phantom chapter run` exits 1 (what counts
     as the same experiment: test_only_the_chapters_sweep_on_another_warm_start_rechecks)."""
     copy = tmp_path / "sft1"
-    shutil.copytree(ROOT / "data" / "runs" / "lab_paper_amd" / "sft1", copy)
+    shutil.copytree(ROOT / "data" / "runs" / "lab_paper_graded_2e-3_sft1", copy)
     (acc_arm,) = copy.glob("lab-outcome-dapoacc-*")
     path = acc_arm / "metrics.jsonl"
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
@@ -143,10 +143,14 @@ def test_only_the_chapters_sweep_on_another_warm_start_rechecks(tmp_path):
 
     from phantom.book.build import rechecks, same_experiment
 
-    copies = sorted((ROOT / "data" / "runs").glob("lab_paper_amd*/sft*/sweep.yaml"))
-    assert len(copies) == 4
-    for f in copies:
+    copies = sorted((ROOT / "data" / "runs").glob("lab_paper_graded_2e-3*/sweep.yaml"))
+    assert len(copies) == 2
+    for f in copies:  # the main setting from SFT seeds 0 and 1
         assert same_experiment("paper", str(f), ROOT), f
+    first = sorted((ROOT / "data" / "runs").glob("lab_paper_amd*/sft*/sweep.yaml"))
+    assert len(first) == 4
+    for f in first:  # the first setting (worked answers at 2.5e-3): another experiment since the switch
+        assert not same_experiment("paper", str(f), ROOT), f
     assert not same_experiment("paper", "knobs", ROOT)
     changed = yaml.safe_load(copies[-1].read_text())
     changed["base"]["lr"] = 3.5e-3
@@ -157,6 +161,7 @@ def test_only_the_chapters_sweep_on_another_warm_start_rechecks(tmp_path):
     assert rechecks(ch7, {"sweep": str(copies[-1]), "runs_root": "x"}, ["sweep", "runs_root"], ROOT)
     assert not rechecks(ch7, {"sweep": str(tmp_path / "lr.yaml")}, ["sweep"], ROOT)
     assert not rechecks(ch7, {"sweep": str(copies[-1])}, ["sweep", "lam"], ROOT)
+    assert not rechecks(ch7, {"sweep": str(first[0]), "runs_root": "x"}, ["sweep", "runs_root"], ROOT)
 
 
 def test_chapter_run_names_a_missing_sweep_file(tmp_path, capsys):

@@ -84,7 +84,7 @@ def same_experiment(declared: str, given: str, root: Path) -> bool:
     """Is sweep ``given`` the chapter's ``declared`` sweep on another warm start?
 
     True when both define the same cells under the full profile (the only one whose claims are checked)
-    once ``sft_seed`` is set aside: e.g. ``data/runs/lab_paper_amd_heldout/sft3/sweep.yaml`` for ``paper``.
+    once ``sft_seed`` is set aside: e.g. ``data/runs/lab_paper_graded_2e-3_sft1/sweep.yaml`` for ``paper``.
     A sweep with other settings (another lr, other groups, ``knobs``) explores, and its results may
     differ from the prose without the prose being wrong.
     """
