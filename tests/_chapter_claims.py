@@ -3,6 +3,7 @@ read which of the book's lab claims hold on another machine, warm start or setti
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from phantom.book.chapters import resolve_chapter
@@ -23,3 +24,8 @@ def failing_claims(folder: Path, out: Path) -> tuple[set[str], int]:
     """The keys of the claims that fail on ``folder``, and how many claims the four chapters check."""
     claims = [r for rows in lab_chapter_claims(folder, out).values() for r in rows]
     return {r["key"] for r in claims if r["status"] == "fails"}, len(claims)
+
+
+def listed_failing(readme: Path) -> set[str]:
+    """The claim keys a README lists as not holding on its runs (lines '- `key`: ...')."""
+    return {m.group(1) for line in readme.read_text().splitlines() if (m := re.match(r"- `([a-z0-9-]+)`: ", line))}

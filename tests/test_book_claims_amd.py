@@ -13,13 +13,12 @@ answer of (GSPO's outcome arm holds) fails on them, and is listed.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from _chapter_claims import failing_claims, lab_chapter_claims
+from _chapter_claims import failing_claims, lab_chapter_claims, listed_failing
 
 from phantom.book.results import VAL_ACC, VAL_LEN
 from phantom.dynamics import run_dynamics
@@ -161,20 +160,15 @@ def test_the_readme_table_and_statements():
     assert light.iloc[-1] >= light.iloc[0] - 0.05  # "though within 0.05 of its start"
 
 
-def _listed(readme: Path) -> set[str]:
-    """The claim keys a README lists as not holding on its runs (lines '- `key`: ...')."""
-    return {m.group(1) for line in readme.read_text().splitlines() if (m := re.match(r"- `([a-z0-9-]+)`: ", line))}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sweep", SWEEPS)
-def test_the_claims_that_fail_on_the_other_machine_are_the_ones_listed(sweep, tmp_path):
+def test_the_claims_that_fail_on_the_other_machine_are_the_oneslisted_failing(sweep, tmp_path):
     """Every chapter reads the copy and checks claims on it; exactly the README's list fails there."""
     folder = AMD / sweep
     claims = lab_chapter_claims(folder, tmp_path)
     assert all(claims.values()), claims
     failed = {r["key"] for rows in claims.values() for r in rows if r["status"] not in ("holds", "skipped")}
-    assert failed == _listed(AMD / "README.md"), failed
+    assert failed == listed_failing(AMD / "README.md"), failed
     total = sum(map(len, claims.values()))
     gs = [r for r in iter_runs(folder) if "estimators" in r.manifest()["sweep"]["groups"]
           and r.manifest()["spec"]["arm"] == "outcome" and r.manifest()["spec"]["estimator"] == "gspo"]
@@ -285,10 +279,10 @@ def test_the_held_out_warm_start_and_its_longer_runs():
 
 
 @pytest.mark.slow
-def test_the_claims_that_fail_on_the_held_out_warm_start_are_the_ones_listed(tmp_path):
+def test_the_claims_that_fail_on_the_held_out_warm_start_are_the_oneslisted_failing(tmp_path):
     """Out of sample the book does not hold everywhere: exactly the claims the README lists fail there."""
     folder = HELDOUT / "sft3"
     failed, total = failing_claims(folder, tmp_path)
-    assert failed == _listed(HELDOUT / "README.md"), failed
+    assert failed == listed_failing(HELDOUT / "README.md"), failed
     for readme in (HELDOUT / "README.md", ROOT / "README.md"):
         assert f"{len(failed)} of the {total} claims of chapters 4 and 6-8" in " ".join(readme.read_text().split())

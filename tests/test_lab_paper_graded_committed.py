@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _chapter_claims import failing_claims
+from _chapter_claims import failing_claims, listed_failing
 
 from phantom.lab.sweep import expand, load_sweep
 from phantom.runs import iter_runs
@@ -44,11 +44,6 @@ def test_it_is_the_paper_sweep_in_the_graded_style_at_2e3(folder):
         assert m["sft"]["key"] == runs[0].manifest()["sft"]["key"]  # one warm start
 
 
-def _listed(runs_dir: Path) -> set[str]:
-    text = (runs_dir / "README.md").read_text()
-    return {m.group(1) for line in text.splitlines() if (m := re.match(r"- `([a-z0-9-]+)`: ", line))}
-
-
 @pytest.mark.parametrize("folder", sorted(FOLDERS))
 def test_the_claims_that_fail_in_this_setting_are_the_ones_listed(folder, tmp_path):
     runs_dir, (_, fails) = DATA / folder, FOLDERS[folder]
@@ -56,7 +51,7 @@ def test_the_claims_that_fail_in_this_setting_are_the_ones_listed(folder, tmp_pa
     assert failed == fails, failed
     readme = " ".join((runs_dir / "README.md").read_text().split())
     if failed:
-        assert _listed(runs_dir) == failed
+        assert listed_failing(runs_dir / "README.md") == failed
         assert f"{len(failed)} of the {total} claims of chapters 4 and 6-8 fail" in readme
     else:
         assert f"all {total} claims of chapters 4 and 6-8 hold" in readme
