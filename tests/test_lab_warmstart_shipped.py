@@ -118,7 +118,7 @@ def test_a_build_announces_itself_and_leaves_no_lock(tmp_path, capsys):
     """A warm start that is not shipped is trained once; the user is told what, how long and where."""
     path = ensure_sft_model("tiny", root=tmp_path)
     err = capsys.readouterr().err
-    assert "building the warm start 'tiny'" in err and str(path) in err and "minutes" in err
+    assert "building the warm start 'tiny'" in err and str(path) in err and "under a minute" in err
     assert not list(path.parent.glob(".*.lock")) and not list(path.parent.glob(".*.tmp*"))
     assert ensure_sft_model("tiny", root=tmp_path) == path  # reused: no second announcement
     assert "building" not in capsys.readouterr().err

@@ -84,7 +84,7 @@ def same_experiment(declared: str, given: str, root: Path) -> bool:
     """Is sweep ``given`` the chapter's ``declared`` sweep on another warm start?
 
     True when both define the same cells under the full profile (the only one whose claims are checked)
-    once ``sft_seed`` is set aside: e.g. ``data/runs/lab_paper_graded_2e-3_sft1/sweep.yaml`` for ``paper``.
+    once ``sft_seed`` is set aside: e.g. your own run of ``paper`` from another warm start.
     A sweep with other settings (another lr, other groups, ``knobs``) explores, and its results may
     differ from the prose without the prose being wrong.
     """
@@ -98,10 +98,13 @@ def same_experiment(declared: str, given: str, root: Path) -> bool:
 
 
 def rechecks(chapter: Chapter, params: Mapping[str, Any], given: Sequence[str], root: Path) -> bool:
-    """Do ``-p`` names ``given`` still ask the chapter's claims to hold (so a failed one exits 1)?"""
+    """Do ``-p`` names ``given`` still ask the chapter's claims to hold (so a failed one exits 1)?
+
+    The chapter's experiment is the sweep it runs (``lab_sweep``) or, for a chapter that reads committed
+    runs, the default of its ``sweep`` parameter (``data/runs/lab_paper/sweep.yaml``)."""
     if set(given) - RECHECK_PARAMETERS:
         return False
-    declared = chapter.meta().get("lab_sweep")
+    declared = chapter.meta().get("lab_sweep") or chapter.parameters().get("sweep")
     if params.get("sweep") and declared and str(params["sweep"]) != declared:
         return same_experiment(str(declared), str(params["sweep"]), root)
     return True

@@ -40,24 +40,35 @@ def shipped_sft(cfg: Any) -> Path | None:
     return path if (path / "lab_meta.json").is_file() and (path / "model.safetensors").is_file() else None
 
 
-#: SFT wall time measured for the default warm start (lab_base, then lab_graded), to tell a user what a
-#: build costs before it starts: 2-core AVX-512 AMD EPYC ~4 min, 2-core AVX2-only AMD EPYC 14.5 min
-#: (issue 45's measurement); a continuation profile alone is ~1/8 of it
+#: SFT wall time measured for the book's warm start (``lab_base`` to its stopping rule, about 900 steps,
+#: then ``lab_graded``, 300): 2-core AVX-512 AMD EPYC ~4 min, 2-core AVX2-only AMD EPYC 14.5 min (issue 45)
 SFT_MINUTES = (4, 15)
+
+
+def _cost(cfg: Any) -> float:
+    """Training work of a profile, in the units of :data:`SFT_MINUTES`' builds: steps x batch x hidden^2 x
+    layers (a stopping rule is counted at half its step budget, where the base usually stops)."""
+    steps = cfg.steps * (0.5 if cfg.target_acc else 1.0)
+    return steps * cfg.batch * cfg.model.hidden ** 2 * cfg.model.layers
 
 
 def announce_build(cfg: Any, final: Path, cached: Callable[[Any], Path]) -> None:
     """Tell the user, before a build starts, what is trained (the profile and any parent not yet built),
     about how long it takes and where it is cached (``cached(cfg)``: a config's cache folder)."""
-    parent = cfg.parent()
-    todo = [cfg.profile]
+    chain, parent = [cfg], cfg.parent()
     while parent is not None and not (shipped_sft(parent) or (cached(parent) / "lab_meta.json").is_file()):
-        todo.insert(0, parent.profile)
+        chain.insert(0, parent)
         parent = parent.parent()
-    lo, hi = SFT_MINUTES if len(todo) > 1 or not cfg.init else (1, 2)
-    print(f"phantom: building the warm start {cfg.profile!r} (SFT seed {cfg.seed}; {' then '.join(todo)}): "
-          f"it is not shipped with this checkout, so it is trained here once, about {lo}-{hi} minutes on a "
-          f"2-core CPU; cached in {final}", file=sys.stderr, flush=True)
+    from phantom.lab.sft import PROFILES  # the reference builds (a lazy import: sft imports this module)
+
+    ref = _cost(PROFILES["lab_base"]) + _cost(PROFILES["lab_graded"])
+    share = sum(_cost(c) for c in chain) / ref
+    lo, hi = (round(m * share) for m in SFT_MINUTES)
+    how_long = ("under a minute" if hi < 1 else f"up to about {hi} minute{'s' if hi > 1 else ''}" if lo < 1
+                else f"about {lo}-{hi} minutes")
+    print(f"phantom: building the warm start {cfg.profile!r} (SFT seed {cfg.seed}; "
+          f"{' then '.join(c.profile for c in chain)}): it is not shipped with this checkout, so it is trained "
+          f"here once, {how_long} on a 2-core CPU; cached in {final}", file=sys.stderr, flush=True)
 
 
 def _sha256(path: Path) -> str:
