@@ -271,6 +271,14 @@ def test_paper_reported_has_the_schema_and_every_row_a_section():
         book.paper_reported(ROOT, nope=1)
 
 
+def test_paper_reported_tau2_rows_say_what_the_paper_says():
+    # §10: "a 7B policy" on τ²-bench airline; the paper names neither the model nor the estimator
+    ab = book.paper_reported(ROOT, experiment="rezero_ab")
+    assert len(ab) == 4 and set(ab["model"]) == {"7b-policy"} and ab["estimator"].isna().all()
+    assert set(ab["task"]) == {"tau2-airline"} and (ab["section"] == "10").all()
+    assert sorted(ab["value"]) == [0.4125, 0.5375, 0.55, 0.5625]
+
+
 def test_reported_label():
     assert reported_label(9) == "reported by the paper (§9)"
     assert reported_label("12", "dapo") == "reported by the DAPO paper (deep dive §12)"
