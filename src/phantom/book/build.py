@@ -52,6 +52,7 @@ from phantom.book.execute import (
     environ,
     execute_chapter,
     log,
+    takes_profile,
 )
 
 __all__ = ["LabMissing", "chapter_main", "book_main", "vendor_js"]
@@ -123,7 +124,7 @@ def chapter_main(argv: Sequence[str] | None = None) -> int:
             return 0
         chapter = resolve_chapter(args.name, root)
         params = coerce_parameters([tuple(p) for p in args.parameter], chapter.parameters())
-        if "profile" in chapter.parameters() and "profile" not in params:
+        if takes_profile(chapter) and "profile" not in params:
             params["profile"] = args.profile
     except (ValueError, FileNotFoundError) as exc:
         print(f"phantom chapter: {exc}", file=sys.stderr)
