@@ -77,7 +77,10 @@ def test_rules_chapter_watch_claims_follow_the_committed_runs(tmp_path):
     src = ROOT / "data" / "runs" / "lab_paper"
     runs = tmp_path / "lab_paper"
     shutil.copytree(src, runs)
-    (gated,) = runs.glob("lab-outcome-length_short-lam0.3-s1-*")
+    from phantom.book.results import load_cells, select
+
+    (name,) = select(load_cells("full", runs, runs / "sweep.yaml"), "core", arm="outcome", seed=1)["name"]
+    gated = runs / name
     key = "val-aux/phantom_lab/len_chars/mean@1"
     start = next(json.loads(x)["data"][key] for x in (gated / "metrics.jsonl").read_text().splitlines()
                  if x.strip() and json.loads(x)["step"] == 0)
