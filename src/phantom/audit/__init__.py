@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from phantom.audit.facts import RewardFacts, metric_signal, trl_facts, verl_facts
+from phantom.audit.families import FAMILY_DEFAULTS, family_facts, family_findings
 from phantom.audit.lab_rules import lab_facts, lab_findings
 from phantom.audit.model import BOOK, ConfigDoc, Finding, InputError
 from phantom.audit.notices import read_findings
@@ -40,6 +41,7 @@ from phantom.audit.readers import KINDS, read_config, read_configs
 from phantom.audit.report import InputReport, Report, render_json, render_sarif, render_text
 from phantom.audit.rules import RULES, AllSame, verl_findings
 from phantom.audit.schema import ENTRYPOINTS, VERL_VERSIONS, Settings, validate
+from phantom.audit.trainers import TRAINERS, by_name
 from phantom.audit.trl_rules import trl_findings
 
 __all__ = ["BOOK", "AllSame", "Finding", "InputError", "Report", "RewardFacts", "audit", "audit_doc", "main",
@@ -57,10 +59,12 @@ def audit_doc(doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None 
               all_same: AllSame | None = None, data_source: str | None = None, trl_version: str | None = None,
               probes_out: list[ProbeResult] | None = None) -> InputReport:
     """Findings for one (validated) config; ``reward_fns`` are ``(function, label)`` pairs to probe."""
-    s = Settings(validate(doc), version=version, entrypoint=entrypoint)
+    s = Settings(validate(doc), version=version, entrypoint=entrypoint if doc.kind == "verl" else None)
     rep = InputReport(doc.path, doc.kind, doc.form, label=doc.label, read=doc.read)
     if doc.kind == "verl":
-        rep.trainer = s.trainer + (" (assumed)" if s.entrypoint_assumed else "")
+        rep.trainer = ("recipe" if s.spec.name == "recipe.dapo" else s.spec.name) + (
+            " (assumed)" if s.entrypoint_assumed else "")
+        rep.trainer_label = s.spec.label
         kwargs = {k: e.value for k, e in doc.under("reward.custom_reward_function.reward_kwargs").items()}
         pr = probe(reward_fns[0][0], reward_fns[0][1], reward_kwargs=kwargs,
                    data_source=data_source or _PROBE_SOURCE) if reward_fns else None
@@ -72,11 +76,20 @@ def audit_doc(doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None 
         rep.trainer = "phantom lab"
         rep.facts = lab_facts(s, shaped)
         rep.findings = lab_findings(s, rep.facts, all_same=all_same)
+    elif doc.kind in FAMILY_DEFAULTS:
+        rep.trainer, rep.trainer_label = _family_label(doc)
+        rep.facts = family_facts(s)
+        if shaped is not None:
+            rep.facts.score_shaped = rep.facts.composite = shaped
+        rep.findings = family_findings(s, rep.facts)
     else:
-        if not (set(doc.entries) & _GRPO_KEYS) and not doc.mentions & {"async_grpo", "grpo_with_replay_buffer"}:
+        if not (set(doc.entries) & _GRPO_KEYS) and not doc.mentions & {"async_grpo", "grpo_with_replay_buffer", "rloo"}:
             raise InputError(doc.path, "a TRL config without GRPO settings (none of "
                                        f"{', '.join(sorted(_GRPO_KEYS))}): not a GRPO run, nothing to audit")
-        rep.trainer = "trl" + (" (AsyncGRPO)" if "async_grpo" in doc.mentions else "")
+        rloo = "rloo" in doc.mentions
+        rep.trainer = "trl.rloo" if rloo else "trl" + (" (AsyncGRPO)" if "async_grpo" in doc.mentions else "")
+        rep.trainer_label = "TRL RLOOTrainer" if rloo else "TRL " + (
+            "AsyncGRPOTrainer" if "async_grpo" in doc.mentions else "GRPOTrainer")
         probes = {}
         for fn, label in reward_fns:
             pr = probe(fn, label, data_source=data_source or _PROBE_SOURCE)
@@ -84,9 +97,19 @@ def audit_doc(doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None 
             if probes_out is not None:
                 probes_out.append(pr)
         rep.facts = trl_facts(s, probes, shaped)
-        rep.findings = trl_findings(s, rep.facts, trl_version=trl_version)
+        rep.findings = family_findings(s, rep.facts) if rloo else trl_findings(s, rep.facts, trl_version=trl_version)
     rep.findings = read_findings(doc) + rep.findings
     return rep
+
+
+def _family_label(doc: ConfigDoc) -> tuple[str, str]:
+    try:
+        t = by_name(doc.entrypoint) if doc.entrypoint else None
+    except KeyError:
+        t = None
+    if t is None:
+        t = next((x for x in TRAINERS if x.family == doc.kind), None)
+    return (t.name, t.label) if t is not None else (doc.kind, doc.kind)
 
 
 def _measure(path: str) -> AllSame:

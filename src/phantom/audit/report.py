@@ -35,6 +35,7 @@ class InputReport:
     label: str | None = None  # which trainer command of a script
     read: ReadInfo | None = None
     internal: bool = False  # the error is a bug of the audit (exit 3), not a bad input
+    trainer_label: str | None = None  # the entry point in words (phantom.audit.trainers)
 
     @property
     def name(self) -> str:
@@ -92,6 +93,7 @@ def render_json(rep: Report) -> str:
     for r in rep.inputs:
         inputs.append({
             "path": r.path, "label": r.label, "kind": r.kind, "form": r.form, "trainer": r.trainer,
+            "trainer_label": r.trainer_label,
             "read": r.read.to_dict() if r.read is not None else None, "reward": _facts_dict(r.facts),
             "findings": [_finding_dict(f) for f in r.findings],
             "error": None if r.error is None else {"message": r.error.message, "line": r.error.line,
@@ -169,7 +171,10 @@ def render_text(rep: Report) -> str:
     clean = 0
     for r in rep.inputs:
         kind = " ".join(x for x in (r.kind, r.form) if x)
-        head = f"{r.name}  [{kind}" + (f", trainer: {r.trainer}" if r.trainer else "") + "]" if kind else r.name
+        trainer = r.trainer_label or r.trainer
+        if r.trainer_label and r.trainer and r.trainer.endswith("(assumed)"):
+            trainer += " (assumed)"
+        head = f"{r.name}  [{kind}" + (f", trainer: {trainer}" if trainer else "") + "]" if kind else r.name
         lines.append(head)
         if r.error is not None:
             lines.append(f"  {'internal error' if r.internal else 'unreadable'}: {r.error}")
