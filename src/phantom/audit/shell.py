@@ -222,6 +222,12 @@ _BUILDERS: dict[str, Callable[..., ConfigDoc]] = {
 }
 
 
+def _printable(word: str) -> str:
+    """A command name as a report can show it (no control characters, at most 40 characters)."""
+    word = "".join(ch if ch.isprintable() else "?" for ch in word)
+    return word if len(word) <= 40 else word[:37] + "..."
+
+
 def _describe(cmd: Command, name: str) -> str:
     words = [f.text for f in cmd.argv]
     head = " ".join(words[: next((i for i, w in enumerate(words) if name in w), 0) + 1])
@@ -244,7 +250,7 @@ def read_shell(path: str, text: str, load: Loader | None = None) -> list[ConfigD
     if script.heredocs:
         notes.append(f"{script.heredocs} heredoc(s) read as text, not as commands")
     if not found:
-        names = sorted({c.argv[0].text for c in script.commands if c.argv})[:8]
+        names = sorted({_printable(c.argv[0].text) for c in script.commands if c.argv})[:8]
         raise InputError(path, f"no trainer command found among {len(script.commands)} command(s) "
                                f"({', '.join(names) or 'none'}); looked for verl's main_ppo / a verl-recipe main "
                                "(python -m, torchrun, ray job submit -- ...), EasyR1's verl.trainer.main, `trl grpo`/"
