@@ -16,7 +16,7 @@ A launch script gets one audit per trainer command.
 
 Exit codes: 0 clean, 1 findings (at or above ``--fail-on``), 2 an input could not be read (named,
 with its line), 3 an internal error of the audit (the input is named; the other inputs of the batch
-are still reported). ``--format json`` output is described in ``docs/audit_json.md`` (schema 2).
+are still reported). ``--format json`` output is described in ``docs/audit_json.md`` (schema 3).
 
 The package is the whole practitioner's guard: besides the config audit it holds
 :mod:`phantom.audit.exposure` (``phantom exposure``: all-fail and phantom fractions of a rollout

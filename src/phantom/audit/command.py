@@ -77,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
     shaped.add_argument("--no-shaped", dest="shaped", action="store_false", default=None,
                         help="it scores the outcome only")
     ap.add_argument("--format", choices=("text", "json", "sarif"), default="text",
-                    help="text (default), json (schema 2, docs/audit_json.md) or sarif (code scanning)")
+                    help="text (default), json (schema 3, docs/audit_json.md) or sarif (code scanning)")
     ap.add_argument("--verl-version", choices=VERL_VERSIONS, default="0.9.1",
                     help="the verl whose defaults and keys to assume (0.9.1: filter metric `reward`; 0.9.0: null)")
     ap.add_argument("--trl-version", metavar="X.Y",

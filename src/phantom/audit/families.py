@@ -146,7 +146,10 @@ def _openrlhf(s: Settings, f: RewardFacts) -> None:
         shape, where = read_body(src, "reward_func", s.doc.path)
         if shape is not None and shape.scalar().kind == "dict":
             k = shape.scalar().keys
-            f.score_shaped = {"shaped": True, "binary": False}.get(k["scores"].verdict) if "scores" in k else None
+            verdict = {"shaped": True, "binary": False}
+            f.score_shaped = verdict.get(k["rewards"].verdict) if "rewards" in k else None
+            scores = k.get("scores", k.get("rewards"))  # no `scores`: OpenRLHF filters on the rewards
+            f.acc_binary = None if scores is None else {"binary": True, "shaped": False}.get(scores.verdict)
             f.evidence.append(Evidence(f"read from the body of {where} (not run): {shape.describe()}", key))
             return
         f.evidence.append(Evidence(f"the reward comes from {src} ({where}); its `scores` are unknown", key))
@@ -250,14 +253,17 @@ def _swift_rules(s: Settings, f: RewardFacts) -> list[Finding]:
 def _openrlhf_rules(s: Settings, f: RewardFacts) -> list[Finding]:
     est = _get(s, "algo.advantage.estimator")
     out = []
-    if _flag(_get(s, "algo.dynamic_filtering_enable")) and f.score_shaped is not False and f.returns != "model":
-        out.append(_f("PH001", "filter-on-shaped-metric", _sev(f.score_shaped), s, "algo.dynamic_filtering_enable",
+    filtering = _flag(_get(s, "algo.dynamic_filtering_enable"))
+    if filtering and f.acc_binary is not True and f.returns != "model":
+        out.append(_f("PH001", "filter-on-shaped-metric", _sev(f.acc_binary is False), s,
+                      "algo.dynamic_filtering_enable",
                       f"dynamic filtering keeps a group when min < mean(scores) < max ({_get(s, 'algo.dynamic_filtering_range')}"
-                      f"); the scores here are {'continuous or shaped' if f.score_shaped else 'of unknown shape'}",
+                      f"); the scores here are {'continuous or shaped' if f.acc_binary is False else 'of unknown shape'}",
                       "with continuous scores an all-fail group's mean lies inside the range, so it is kept "
                       "(OpenRLHF #1270/#1272)", "return the 0/1 outcome as `scores` and keep shaping in `rewards`",
                       "filter", ("--algo.dynamic_filtering_range", "0", "1")))
-    if est == "group_norm" and f.composite is not False and f.returns != "model":
+    gate = filtering and f.acc_binary is True
+    if est == "group_norm" and f.composite is not False and f.returns != "model" and not gate:
         out.append(_f("PH010", "std-norm-with-shaping", _sev(f.composite), s, "algo.advantage.estimator",
                       f"group_norm divides each group by its std and the reward is {f.verdict}",
                       "an all-fail group that differs only by shaping gets advantages of about ±1",
@@ -290,11 +296,13 @@ def _rloo_rules(s: Settings, f: RewardFacts) -> list[Finding]:
                    "line: the audit read nothing it can judge", funcs.why or "a generic script has no settings of its own",
                    "audit the command that launches it (its --reward_funcs, --normalize_advantages)", "rules")]
     if s.doc.get("normalize_advantages") is True and f.composite is not False:
-        return [_f("PH020", "trl-shaping-group-scale", "warning", s, "normalize_advantages",
-                   f"RLOO with normalize_advantages=True divides the advantages by the batch std; the reward is {f.verdict}",
-                   "when most groups of a batch fail, the batch std is the shaping's own spread, and phantom "
-                   "advantages grow to full size", "normalize_advantages=False (RLOO's default)", "rules",
-                   ("normalize_advantages=False",))]
+        file, line = _loc(s, "normalize_advantages")
+        return [Finding("PH020", "trl-shaping-group-scale", "warning", "normalize_advantages",
+                        f"RLOO with normalize_advantages=True divides the advantages by the batch std; the reward is "
+                        f"{f.verdict}", "when most groups of a batch fail, the batch std is the shaping's own spread, "
+                        "and phantom advantages grow to full size", "normalize_advantages=False (RLOO's default)",
+                        chapter("rules"), file, line, fix_kwargs={"normalize_advantages": False},
+                        fix_status="RLOOConfig(**fix_kwargs) is constructed with TRL's class in the tests")]
     return []
 
 

@@ -184,7 +184,7 @@ def _detect_kind(path: str, entries: list[Entry], kind: str | None) -> str:
         return "easyr1"
     nemo_base = any(e.key == "defaults" and isinstance(e.value, str) and e.value.endswith((".yaml", ".yml"))
                     for e in entries)
-    if ("grpo" in top or nemo_base) and top & _NEMO_TOP:
+    if "grpo" in top and (top & _NEMO_TOP or nemo_base):
         return "nemo"
     verl, trl = top & VERL_TOP_KEYS, top & TRL_KEYS
     if verl and not (trl and len(trl) > len(verl)):

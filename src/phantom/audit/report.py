@@ -1,6 +1,6 @@
 """The audit's result: per-input findings, rendered as text for people, JSON for CI, SARIF for code hosts.
 
-The JSON form is stable (``"schema": 2``, described in ``docs/audit_json.md`` and checked by
+The JSON form is stable (``"schema": 3``, described in ``docs/audit_json.md`` and checked by
 ``tests/test_audit_json.py``): fields are only ever added within a schema number. Every input says
 what was read (``read``), so a CI job can tell "clean" from "read nothing".
 """
@@ -19,7 +19,7 @@ from phantom.audit.probe import ProbeResult
 
 __all__ = ["SCHEMA", "InputReport", "Report", "render_json", "render_sarif", "render_text"]
 
-SCHEMA = 2
+SCHEMA = 3
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 
@@ -84,6 +84,7 @@ def _facts_dict(f: RewardFacts | None) -> dict[str, Any] | None:
 def _finding_dict(f: Finding) -> dict[str, Any]:
     d = f.to_dict()
     d["fix_overrides"] = list(f.fix_overrides)
+    d["fix_args"] = list(f.fix_args)
     d["keys"] = list(f.keys) or ([f.key] if f.key else [])
     return d
 

@@ -219,6 +219,8 @@ class _Body:
             return args[0] if fname != "bool" else Shape("binary", "bool()", line, _BIN)
         if fname == "len":
             return Shape("shaped", "uses a length (len)", line)
+        if fname in ("tensor", "as_tensor", "array", "asarray", "list", "tuple", "Tensor", "FloatTensor") and args:
+            return args[0]  # a container of the values: their shape
         if fname in ("sum", "mean", "average", "fmean", "median"):
             return Shape("shaped", f"{fname}() over parts: partial credit", line)
         if fname in ("min", "max", "clip", "clamp"):
