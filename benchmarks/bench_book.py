@@ -59,10 +59,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", default="89e826b", help="the commit to compare with (default: 89e826b)")
     ap.add_argument("--ref", default="HEAD", help="the commit measured (default: HEAD)")
     ap.add_argument("--keep", default=None, help="build in this folder and keep the clones")
+    ap.add_argument("--only", choices=("before", "after"), default=None,
+                    help="build one of the two (for a machine busy with other work at one time of the day)")
     args = ap.parse_args(argv)
     base = Path(args.keep or tempfile.mkdtemp(prefix="bench_book_"))
     rows = {}
     for label, ref in (("before", args.baseline), ("after", args.ref)):
+        if args.only not in (None, label):
+            rows[label] = {}
+            continue
         print(f"[bench_book] {label}: make book at {ref} in {base / label}", file=sys.stderr, flush=True)
         rows[label] = build(ref, base / label)
     keys = list(dict.fromkeys([*rows["before"], *rows["after"]]))

@@ -52,6 +52,7 @@ from phantom.book.execute import (
     environ,
     execute_chapter,
     log,
+    takes_profile,
 )
 
 __all__ = ["LabMissing", "chapter_main", "book_main", "vendor_js"]
@@ -123,7 +124,7 @@ def chapter_main(argv: Sequence[str] | None = None) -> int:
             return 0
         chapter = resolve_chapter(args.name, root)
         params = coerce_parameters([tuple(p) for p in args.parameter], chapter.parameters())
-        if "profile" in chapter.parameters() and "profile" not in params:
+        if takes_profile(chapter) and "profile" not in params:
             params["profile"] = args.profile
     except (ValueError, FileNotFoundError) as exc:
         print(f"phantom chapter: {exc}", file=sys.stderr)
@@ -136,13 +137,15 @@ def chapter_main(argv: Sequence[str] | None = None) -> int:
     # start): that sweep is the one run, into that folder (cells not finished there are trained there), and
     # the chapter reads it there
     runs = chapter_runs(params, root) if params.get("runs_root") else None  # absolute stays
-    sweep = chapter.meta().get("lab_sweep") and (params.get("sweep") or chapter.meta()["lab_sweep"])
-    if sweep:
+    given = params.get("sweep")
+    sweep = chapter.meta().get("lab_sweep") and (given or chapter.meta()["lab_sweep"])
+    if sweep or given:  # a chapter that reads committed runs takes a sweep too: checked before it executes
         try:  # a sweep file is relative to the repository root, as the chapter reads it
             from phantom.lab.sweep import sweep_file
 
-            found = sweep_file(str(sweep), root)  # a packaged name stays a name
-            sweep = found if Path(str(sweep)).suffix in (".yaml", ".yml") else sweep
+            found = sweep_file(str(sweep or given), root)  # a packaged name stays a name
+            if sweep:
+                sweep = found if Path(str(sweep)).suffix in (".yaml", ".yml") else sweep
         except ImportError:
             pass  # no lab installed: _run_lab_sweeps says so
         except ValueError as exc:

@@ -397,7 +397,8 @@ def ensure_sft_model(profile_or_config: str | SFTConfig | dict[str, Any] = "lab"
         if (final / "lab_meta.json").is_file():
             return final
         if progress:
-            announce_build(cfg, final, lambda c: sft_dir(c, final.parent.parent))
+            announce_build(cfg, final, lambda c: sft_dir(c, final.parent.parent),
+                           reference=(PROFILES["lab_base"], PROFILES["lab_graded"]))
         tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         try:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,16 +52,15 @@ def _cost(cfg: Any) -> float:
     return steps * cfg.batch * cfg.model.hidden ** 2 * cfg.model.layers
 
 
-def announce_build(cfg: Any, final: Path, cached: Callable[[Any], Path]) -> None:
+def announce_build(cfg: Any, final: Path, cached: Callable[[Any], Path], reference: Sequence[Any]) -> None:
     """Tell the user, before a build starts, what is trained (the profile and any parent not yet built),
-    about how long it takes and where it is cached (``cached(cfg)``: a config's cache folder)."""
+    about how long it takes and where it is cached (``cached(cfg)``: a config's cache folder;
+    ``reference``: the configs whose build :data:`SFT_MINUTES` measured)."""
     chain, parent = [cfg], cfg.parent()
     while parent is not None and not (shipped_sft(parent) or (cached(parent) / "lab_meta.json").is_file()):
         chain.insert(0, parent)
         parent = parent.parent()
-    from phantom.lab.sft import PROFILES  # the reference builds (a lazy import: sft imports this module)
-
-    ref = _cost(PROFILES["lab_base"]) + _cost(PROFILES["lab_graded"])
+    ref = sum(_cost(c) for c in reference)
     share = sum(_cost(c) for c in chain) / ref
     lo, hi = (round(m * share) for m in SFT_MINUTES)
     how_long = ("under a minute" if hi < 1 else f"up to about {hi} minute{'s' if hi > 1 else ''}" if lo < 1
