@@ -14,6 +14,7 @@ import pytest
 
 from phantom.book.chapters import resolve_chapter
 from phantom.book.execute import execute_chapter
+from phantom.book.results import load_cells, select
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,8 +78,6 @@ def test_rules_chapter_watch_claims_follow_the_committed_runs(tmp_path):
     src = ROOT / "data" / "runs" / "lab_paper"
     runs = tmp_path / "lab_paper"
     shutil.copytree(src, runs)
-    from phantom.book.results import load_cells, select
-
     (name,) = select(load_cells("full", runs, runs / "sweep.yaml"), "core", arm="outcome", seed=1)["name"]
     gated = runs / name
     key = "val-aux/phantom_lab/len_chars/mean@1"
