@@ -53,7 +53,8 @@ def run(paths, **kw):
     ("verl_drgrpo.yaml", {}, 0),  # shaped, no filter, but no std normalization
     ("hydra_run/.hydra/overrides.yaml", {}, 0),  # phantom_grpo_outcome gate
     ("overrides_filter_acc.txt", {"PH002": "warning", "PH010": "warning"}, 1),  # custom fn, not probed
-    ("verl_legacy_keys.sh", {"PH040": "error"}, 1),
+    # legacy keys main_ppo ignores (PH040); as meant, the reward is a custom function the audit cannot see
+    ("verl_legacy_keys.sh", {"PH040": "error", "PH010": "warning", "PH050": "info"}, 1),
     ("trl_grpo_multi.yaml", {"PH020": "error", "PH021": "info"}, 1),
     ("trl_drgrpo.json", {"PH021": "info"}, 0),  # scale_rewards=none: only a note
     ("trl_train.py", {"PH020": "error", "PH021": "warning", "PH030": "info"}, 1),
@@ -323,7 +324,7 @@ def test_shell_expansion():
 
 def test_shell_reads_values_and_lines():
     doc = read_config(str(FIX / "verl_dapo_acc.sh"))
-    assert doc.entrypoint == "recipe"
+    assert doc.entrypoint == "recipe.dapo"
     assert doc.get("data.gen_batch_size") == 1536 and doc.get("data.train_batch_size") == 512
     assert doc.get("algorithm.filter_groups.enable") is True
     assert doc.get("actor_rollout_ref.actor.ppo_max_token_len_per_gpu") == 2048 + 20480

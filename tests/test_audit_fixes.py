@@ -78,7 +78,7 @@ def compose():
     from phantom.verl.spec import compose as _compose
 
     def run(doc, words):
-        trainer = "recipe_dapo" if doc.entrypoint == "recipe" else "v1"
+        trainer = "recipe_dapo" if doc.entrypoint in ("recipe", "recipe.dapo") else "v1"
         return _compose(words, trainer=trainer, recipe_path=str(RECIPE), validate=False)
 
     return run

@@ -14,6 +14,7 @@ import pytest
 
 from phantom.book.chapters import resolve_chapter
 from phantom.book.execute import execute_chapter
+from phantom.book.results import load_cells, select
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,18 +71,25 @@ def test_verl_chapter_claims_follow_the_committed_runs(tmp_path):
 
 
 @pytest.mark.slow
-def test_rules_chapter_trl_claims_follow_the_committed_runs(tmp_path):
-    """Chapter 9 says the gated TRL arm holds in every seed: on a copy whose seed-1 gated run ends at 0.1,
-    that claim fails while the collapse of TRL's default still holds."""
-    runs = tmp_path / "trl_cpu_lab"
-    shutil.copytree(ROOT / "data" / "runs" / "trl_cpu_lab", runs)
-    gated = sorted(p for p in runs.iterdir() if p.name.startswith("trl-outcome-"))[-1]
-    _edit_metrics(gated, 40, "val-core/phantom_lab/acc/mean@1", 0.1)
-    res = execute_chapter(resolve_chapter("rules", ROOT), tmp_path / "ch9.ipynb", {"trl_runs": str(runs)},
+def test_rules_chapter_watch_claims_follow_the_committed_runs(tmp_path):
+    """Chapter 9 says phantom watch stays quiet on every seed of the outcome-filter arm: on a copy of the paper
+    sweep whose seed-1 outcome run loses half its held-out answer length by step 10, that claim fails while the
+    no-filter arm's length warning still leads its accuracy alarm."""
+    src = ROOT / "data" / "runs" / "lab_paper"
+    runs = tmp_path / "lab_paper"
+    shutil.copytree(src, runs)
+    (name,) = select(load_cells("full", runs, runs / "sweep.yaml"), "core", arm="outcome", seed=1)["name"]
+    gated = runs / name
+    key = "val-aux/phantom_lab/len_chars/mean@1"
+    start = next(json.loads(x)["data"][key] for x in (gated / "metrics.jsonl").read_text().splitlines()
+                 if x.strip() and json.loads(x)["step"] == 0)
+    _edit_metrics(gated, 10, key, 0.5 * start)
+    res = execute_chapter(resolve_chapter("rules", ROOT), tmp_path / "ch9.ipynb",
+                          {"runs_root": str(runs), "sweep": str(runs / "sweep.yaml")},
                           root=ROOT, runs=tmp_path / "runs", force=True)
     status = _statuses(res)
-    assert status["trl-gate-holds"] == "fails", status
-    assert status["trl-default-collapses"] == status["trl-dashboard-misses-the-phantom"] == "holds", status
+    assert status["watch-quiet-under-the-outcome-filter"] == "fails", status
+    assert status["watch-length-leads"] == status["lab-exposure-above-the-canary"] == "holds", status
 
 
 def _copy_with_outcome_ends(dest: Path, ends: dict[int, float]) -> Path:

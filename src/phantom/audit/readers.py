@@ -16,15 +16,17 @@ from typing import Any
 
 import yaml
 
+from phantom.audit.locate import locate
 from phantom.audit.model import ConfigDoc, Entry, InputError, ReadInfo, Unresolved
 from phantom.audit.overrides import looks_like_overrides, read_override_lines
+from phantom.audit.reward_ast import function_shape
 from phantom.audit.shell import read_shell, script_dir_loader
 from phantom.audit.text import read_text
 
 __all__ = ["KINDS", "LAB_KEYS", "VERL_TOP_KEYS", "TRL_KEYS", "read_config", "read_configs", "read_python"]
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when available (10x faster)
 
-KINDS: tuple[str, ...] = ("verl", "trl", "lab")
+KINDS: tuple[str, ...] = ("verl", "trl", "lab", "easyr1", "nemo")
 #: Keys of a phantom lab arm spec (``phantom.lab.spec.ArmSpec``).
 LAB_KEYS = frozenset({"arm", "estimator", "sampling", "drop", "rollouts", "max_gen_batches", "gen_prompts"})
 #: Top-level keys of a verl (Hydra) config, including the legacy ones 0.9.x still accepts.
@@ -35,7 +37,10 @@ TRL_KEYS = frozenset({"reward_funcs", "reward_weights", "scale_rewards", "loss_t
                       "multi_objective_aggregation", "mask_truncated_completions", "max_completion_length",
                       "epsilon_high", "importance_sampling_level", "use_vllm", "reward_model_name_or_path",
                       "beta", "num_iterations", "generation_batch_size"})
-_TRL_CALL = re.compile(r"GRPO\w*(Config|Trainer)$")  # GRPOConfig, AsyncGRPOTrainer, GRPOWithReplayBufferConfig
+_TRL_CALL = re.compile(r"(GRPO|RLOO)\w*(Config|Trainer)$")  # GRPOConfig, AsyncGRPOTrainer, RLOOConfig, ...
+#: top-level sections only EasyR1's PPOConfig (``worker``) or NeMo-RL's master config (``grpo`` + ``policy``) has
+_EASYR1_TOP = frozenset({"worker"})
+_NEMO_TOP = frozenset({"policy", "env", "loss_fn", "cluster", "checkpointing"})
 
 
 def read_config(path: str, *, kind: str | None = None) -> ConfigDoc:
@@ -64,7 +69,7 @@ def _read(path: str, text: str, kind: str | None) -> list[ConfigDoc]:
     suffix = Path(path).suffix.lower()
     first = text.lstrip().splitlines()[0]
     if suffix in (".sh", ".bash", ".slurm", ".sbatch") or (first.startswith("#!") and "sh" in first.split("/")[-1]):
-        return read_shell(path, text, script_dir_loader(path, lambda p: read_config(p, kind="trl")))
+        return read_shell(path, text, script_dir_loader(path, lambda p, k: read_config(p, kind=k)))
     if suffix == ".py":
         return [_counted(read_python(path, text), "Python (GRPOConfig/GRPOTrainer keyword arguments)")]
     if Path(path).is_dir():
@@ -175,6 +180,12 @@ def _detect_kind(path: str, entries: list[Entry], kind: str | None) -> str:
     top = {e.key.split(".")[0] for e in entries}
     if "arm" in top and len(top & LAB_KEYS) >= 2:
         return "lab"
+    if top & _EASYR1_TOP and top & {"algorithm", "data", "trainer"}:
+        return "easyr1"
+    nemo_base = any(e.key == "defaults" and isinstance(e.value, str) and e.value.endswith((".yaml", ".yml"))
+                    for e in entries)
+    if "grpo" in top and (top & _NEMO_TOP or nemo_base):
+        return "nemo"
     verl, trl = top & VERL_TOP_KEYS, top & TRL_KEYS
     if verl and not (trl and len(trl) > len(verl)):
         return "verl"
@@ -185,11 +196,30 @@ def _detect_kind(path: str, entries: list[Entry], kind: str | None) -> str:
                            f"({', '.join(sorted(TRL_KEYS))}); pass --kind verl|trl")
 
 
-def _from_mapping(path: str, entries: list[Entry], form: str, kind: str | None) -> ConfigDoc:
+def _from_mapping(path: str, entries: list[Entry], form: str, kind: str | None, depth: int = 0) -> ConfigDoc:
     doc = ConfigDoc(path, _detect_kind(path, entries, kind), form)
+    notes = []
+    if doc.kind == "nemo":  # NeMo-RL: `defaults: base.yaml` (relative to this file) is loaded underneath
+        base = next((e.value for e in entries if e.key == "defaults"), None)
+        for name in ([base] if isinstance(base, str) else base if isinstance(base, list) else []):
+            found = locate(str(name), path) if depth < 5 else None
+            if found is None or not str(name).endswith((".yaml", ".yml")):
+                notes.append(f"its defaults file {name} was not found: NeMo-RL's defaults are assumed for what it sets")
+                continue
+            try:
+                under = _from_mapping(str(found), _read_yaml(str(found), read_text(str(found))[0])[1], "yaml", "nemo",
+                                      depth + 1)
+            except InputError as exc:
+                notes.append(f"its defaults file {name} could not be read ({exc.message})")
+                continue
+            notes.append(f"read its defaults file {name} underneath")
+            for e in under.entries.values():
+                doc.set(e)
     for e in entries:
         doc.set(e)
-    return _counted(doc, f"{form.upper()} mapping")
+    doc = _counted(doc, f"{form.upper()} mapping")
+    doc.read.notes += notes
+    return doc
 
 
 def _manifest(path: str, text: str) -> ConfigDoc | None:
@@ -258,7 +288,8 @@ def _literal(node: ast.expr, assigns: dict[str, ast.expr], text: str) -> Any:
         return Unresolved(ast.get_source_segment(text, node) or ast.unparse(node))
 
 
-def _func_names(node: ast.expr, assigns: dict[str, ast.expr], doc: ConfigDoc | None = None) -> list[str]:
+def _func_names(node: ast.expr, assigns: dict[str, ast.expr], doc: ConfigDoc | None = None,
+                defined: frozenset[str] = frozenset()) -> list[str] | Unresolved:
     """Names of the reward functions in ``reward_funcs=...`` (a list, a tuple, or one function).
 
     ``outcome_gated(acc, fmt, num_generations=8)`` (``phantom.trl``'s gate) yields its arguments and
@@ -266,6 +297,8 @@ def _func_names(node: ast.expr, assigns: dict[str, ast.expr], doc: ConfigDoc | N
     """
     if isinstance(node, ast.Name) and isinstance(assigns.get(node.id), (ast.List, ast.Tuple, ast.Call)):
         node = assigns[node.id]
+    elif isinstance(node, ast.Name) and node.id not in defined and node.id not in assigns:  # built at run time
+        return Unresolved(node.id, f"`{node.id}` is built when the script runs (not a list in the file)")
     if isinstance(node, ast.Call) and _call_name(node.func) == "outcome_gated":
         if doc is not None:
             doc.mentions.add("outcome_gated")
@@ -289,6 +322,10 @@ def read_python(path: str, text: str) -> ConfigDoc:
     except SyntaxError as exc:
         raise InputError(path, f"invalid Python: {exc.msg}", exc.lineno) from None
     assigns = _module_assigns(tree)
+    defined = frozenset([n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                    ast.ClassDef))]
+                        + [a.asname or a.name.split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                           for a in n.names])
     doc = ConfigDoc(path, "trl", "python")
     seen = False
     for node in ast.walk(tree):
@@ -307,6 +344,8 @@ def read_python(path: str, text: str) -> ConfigDoc:
         if not isinstance(node, ast.Call) or not _TRL_CALL.search(_call_name(node.func)):
             continue
         seen = True
+        if _call_name(node.func).startswith("RLOO"):
+            doc.mentions.add("rloo")
         is_trainer = _call_name(node.func).endswith("Trainer")
         for kw in node.keywords:
             if kw.arg is None:  # GRPOConfig(**settings): read a module-level dict literal
@@ -317,10 +356,35 @@ def read_python(path: str, text: str) -> ConfigDoc:
                 continue
             if is_trainer and kw.arg != "reward_funcs":
                 continue
-            value = _func_names(kw.value, assigns, doc) if kw.arg == "reward_funcs" else \
+            value = _func_names(kw.value, assigns, doc, defined) if kw.arg == "reward_funcs" else \
                 _literal(kw.value, assigns, text)
             doc.set(Entry(kw.arg, value, path, kw.lineno, ast.get_source_segment(text, kw)))
     if not seen:
-        raise InputError(path, "no GRPOConfig(...) or GRPOTrainer(...) call found; a Python input is read as "
-                               "TRL settings (pass a verl reward function with --reward-fn instead)")
+        raise InputError(path, "no GRPOConfig/GRPOTrainer/RLOOConfig/RLOOTrainer(...) call found; a Python input is "
+                               "read as TRL settings (pass a verl reward function with --reward-fn instead)")
+    funcs = doc.get("reward_funcs")
+    doc.bodies = _bodies(tree, path, funcs if isinstance(funcs, list) else [])
     return doc
+
+
+def _bodies(tree: ast.Module, path: str, names: list[str]) -> dict[str, object]:
+    """Shapes of the reward functions defined in the file, or in a module imported from next to it."""
+    imported: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                imported[a.asname or a.name] = node.module
+    out: dict[str, object] = {}
+    for name in names:
+        short = name.rsplit(".", 1)[-1]
+        shape = function_shape(tree, short)
+        if shape is None and short in imported:
+            found = locate(imported[short].replace(".", "/") + ".py", path)
+            if found is not None:
+                try:
+                    shape = function_shape(found.read_text(encoding="utf-8", errors="replace"), short)
+                except OSError:
+                    shape = None
+        if shape is not None:
+            out[short] = shape
+    return out
