@@ -7,7 +7,9 @@ own .venv, from the wheels and caches this machine already has; no warm start or
 between the two clones: `PHANTOM_ARTIFACTS` and `PHANTOM_RUNS` point inside each clone). The phases come
 from the build's own record (`_build/phantom/last_build.json`) and the set-up time from the wall clock
 around `make setup`. The lab's one-second probe (`phantom.lab.eta.probe_seconds`, this checkout's) is measured
-before each build, so a reader can tell a slower machine from a slower build; the last column is after / before.
+before each build, so a reader can tell a slower machine from a slower build, and the CPU seconds of each phase's
+process tree beside its wall time (other work on the machine inflates wall time, hardly CPU time); the
+last column is after / before.
 Results: benchmarks/results_book.md.
 """
 
@@ -26,25 +28,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of every finished child process so far (the builds' process trees):
+    a measure of the work that other load on the machine does not inflate as it does wall time."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def build(ref: str, where: Path) -> dict[str, float]:
     """Clone ``ref`` into ``where`` and time `make setup` and `make book` there."""
     subprocess.run(["git", "clone", "-q", str(ROOT), str(where)], check=True)
     subprocess.run(["git", "-C", str(where), "checkout", "-q", ref], check=True)
     env = {**os.environ, "PHANTOM_ARTIFACTS": str(where / "artifacts"), "PHANTOM_RUNS": str(where / "runs")}
     env.pop("VIRTUAL_ENV", None)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), _children_cpu()
     subprocess.run(["make", "-C", str(where), "setup", "SETUP_BROWSER=0"], check=True, env=env,
                    stdout=subprocess.DEVNULL)
-    setup = time.perf_counter() - t
+    setup, setup_cpu = time.perf_counter() - t, _children_cpu() - cpu
     from phantom.lab.eta import probe_seconds  # this checkout's probe: the same measure for both builds
 
     probe = probe_seconds()
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), _children_cpu()
     proc = subprocess.run(["make", "-C", str(where), "book"], env=env, capture_output=True, text=True)
-    total = time.perf_counter() - t
+    total, total_cpu = time.perf_counter() - t, _children_cpu() - cpu
     record = json.loads((where / "_build" / "phantom" / "last_build.json").read_text())
     out = {"setup": setup, **{k: float(v) for k, v in record.get("timings_s", {}).items()},
-           "make book (after set-up)": total, "exit code": float(proc.returncode),
+           "make book (after set-up)": total, "CPU seconds: set-up": setup_cpu,
+           "CPU seconds: make book (after set-up)": total_cpu, "exit code": float(proc.returncode),
            "claims failed": float(record.get("claims_failed", -1))}
     out["probe before the build (s)"] = probe
     return out
