@@ -22,6 +22,7 @@ from phantom.audit.overrides import looks_like_overrides, read_override_lines
 from phantom.audit.reward_ast import function_shape
 from phantom.audit.shell import read_shell, script_dir_loader
 from phantom.audit.text import read_text
+from phantom.audit.trainers import NEMO_GRPO_MATH_BASE
 
 __all__ = ["KINDS", "LAB_KEYS", "VERL_TOP_KEYS", "TRL_KEYS", "read_config", "read_configs", "read_python"]
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when available (10x faster)
@@ -203,6 +204,12 @@ def _from_mapping(path: str, entries: list[Entry], form: str, kind: str | None, 
         base = next((e.value for e in entries if e.key == "defaults"), None)
         for name in ([base] if isinstance(base, str) else base if isinstance(base, list) else []):
             found = locate(str(name), path) if depth < 5 else None
+            if found is None and re.search(r"(^|/)grpo_math_\w+\.ya?ml$", str(name)):
+                notes.append(f"its defaults file {name} was not found here: read as NeMo-RL's shipped GRPO math base "
+                             "(math environment, normalize_rewards, no reward shaping, no dynamic sampling)")
+                for k, v in NEMO_GRPO_MATH_BASE.items():
+                    doc.set(Entry(k, v, path, None, f"defaults: {name}"))
+                continue
             if found is None or not str(name).endswith((".yaml", ".yml")):
                 notes.append(f"its defaults file {name} was not found: NeMo-RL's defaults are assumed for what it sets")
                 continue

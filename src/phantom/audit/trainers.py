@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EASYR1_EXAMPLE_CONFIG", "FAMILIES", "TRAINERS", "Trainer", "by_name", "match_module", "unknown_verl"]
+__all__ = ["EASYR1_EXAMPLE_CONFIG", "FAMILIES", "NEMO_GRPO_MATH_BASE", "TRAINERS", "Trainer", "by_name", "match_module", "unknown_verl"]
 
 #: config families; ``verl`` covers verl's own mains and verl-recipe's
 FAMILIES: tuple[str, ...] = ("verl", "easyr1", "trl", "openrlhf", "swift", "nemo", "oat", "lab")
@@ -191,6 +191,11 @@ TRAINERS: tuple[Trainer, ...] = (
             norm="critic_type=grpo divides by the group std; drgrpo (the default) does not"),
 )
 _BY_NAME = {t.name: t for t in TRAINERS}
+#: what NeMo-RL's shipped GRPO math bases (examples/configs/grpo_math_1B.yaml and its siblings,
+#: NVIDIA-NeMo/RL@7ea279ab) set that the rules read: an overlay naming one that is not found here gets these
+NEMO_GRPO_MATH_BASE: dict[str, Any] = {
+    "grpo.normalize_rewards": True, "grpo.use_leave_one_out_baseline": True, "grpo.use_dynamic_sampling": False,
+    "grpo.reward_shaping.enabled": False, "env.math.num_workers": 8}
 #: what EasyR1's shipped examples/config.yaml sets that the rules read (hiyouga/EasyR1@b44b311b): a launch script
 #: passing `config=examples/config.yaml` from an EasyR1 checkout gets these when the file is not found here
 EASYR1_EXAMPLE_CONFIG: dict[str, Any] = {
