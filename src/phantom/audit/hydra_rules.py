@@ -69,7 +69,8 @@ def hydra_findings(s: Settings) -> list[Finding]:
                             f"{'it' if len(plus) == 1 else 'them'}, so Hydra refuses to start (\"Could not append to "
                             "config. An item is already at ...\")",
                             "Hydra 1.3: `+key=value` only adds; `key=value` overrides; `++key=value` does either",
-                            " ".join(fixes) + " (drop the `+`)", fixes, expect))
+                            " ".join(fixes[:8]) + (f" ... ({len(fixes) - 8} more)" if len(fixes) > 8 else "")
+                            + " (drop the `+`)", fixes, expect))
     if missing or gone:
         fixes_l: list[str] = []
         expect = {}
@@ -88,9 +89,9 @@ def hydra_findings(s: Settings) -> list[Finding]:
                 fixes_l.append(f"+{e.key}={_value_text(e)}")
                 if not isinstance(e.value, Unresolved):
                     expect[e.key] = e.value
-        fix = " ".join(fixes_l)
+        fix = " ".join(fixes_l[:8]) + (f" ... ({len(fixes_l) - 8} more in fix_overrides)" if len(fixes_l) > 8 else "")
         if hints:
-            fix += f" (closest existing key: {', '.join(hints)})"
+            fix += f" (closest existing key: {', '.join(hints[:6])})"
         if any(f.startswith("+") for f in fixes_l):
             fix += "; `+` adds a key, but nothing in the trainer reads a key its config does not define: check the name"
         if gone:

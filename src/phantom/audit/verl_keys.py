@@ -37,6 +37,7 @@ class KeySet:
 
     def __init__(self, keys: frozenset[str], groups: frozenset[str], name: str, nulls: frozenset[str] = frozenset()):
         self.keys, self.groups, self.name, self.nulls = keys, groups, name, nulls
+        self._idx: tuple[dict[str, dict[str, str]], dict[str, list[str]]] | None = None
 
     def with_extra(self, extra: frozenset[str]) -> KeySet:
         if not extra:
@@ -55,17 +56,31 @@ class KeySet:
         """``model_engine`` or ``actor@actor_rollout_ref.actor``: a config-group selection, not a key."""
         return key.split("@", 1)[0] in self.groups and "." not in key.split("@", 1)[0]
 
+    def _index(self) -> tuple[dict[str, dict[str, str]], dict[str, list[str]]]:
+        """parent -> {last part: key}, and last part -> keys (built once: a script may set thousands of keys)."""
+        if self._idx is None:
+            by_parent: dict[str, dict[str, str]] = {}
+            by_leaf: dict[str, list[str]] = {}
+            for k in self.keys:
+                parent, _, leaf = k.rpartition(".")
+                by_parent.setdefault(parent, {})[leaf] = k
+                if parent:
+                    by_leaf.setdefault(leaf, []).append(k)
+            self._idx = (by_parent, by_leaf)
+        return self._idx
+
     def nearest(self, key: str) -> tuple[str, str] | None:
         """``(existing key, "typo" | "moved")``: a sibling whose last part is spelt almost the same, else the
         same last part under another section (a key that lives elsewhere, e.g. in another verl version)."""
         import difflib
 
+        by_parent, by_leaf = self._index()
         parent, _, leaf = key.rpartition(".")
-        siblings = {k.rpartition(".")[2]: k for k in self.keys if k.rpartition(".")[0] == parent}
-        hit = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.9)
+        siblings = by_parent.get(parent, {})
+        hit = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.9) if siblings else []
         if hit:
             return siblings[hit[0]], "typo"
-        same = sorted((k for k in self.keys if k.rpartition(".")[2] == leaf and "." in k), key=len)
+        same = sorted(by_leaf.get(leaf, ()), key=len)
         return (same[0], "moved") if same else None
 
     def deepest_parent(self, key: str) -> str | None:
@@ -83,6 +98,14 @@ def key_set_for(s: Any) -> KeySet | None:
     The entry point's config (its registry entry's key set plus what its own config adds), or the one a
     ``--config-name`` names when the audit has it; a ``model_engine=X`` selection picks that variant.
     """
+    cached = getattr(s, "_key_set", False)
+    if cached is not False:
+        return cached
+    s._key_set = _key_set_for(s)
+    return s._key_set
+
+
+def _key_set_for(s: Any) -> KeySet | None:
     if s.doc.kind != "verl":
         return None
     name = s.doc.config_name
