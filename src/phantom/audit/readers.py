@@ -183,10 +183,10 @@ def _detect_kind(path: str, entries: list[Entry], kind: str | None) -> str:
         return "lab"
     if top & _EASYR1_TOP and top & {"algorithm", "data", "trainer"}:
         return "easyr1"
-    nemo_base = any(e.key == "defaults" and isinstance(e.value, str) and e.value.endswith((".yaml", ".yml"))
-                    for e in entries)
-    if "grpo" in top and (top & _NEMO_TOP or nemo_base):
-        return "nemo"
+    nemo_base = next((e.value for e in entries if e.key == "defaults" and isinstance(e.value, str)
+                      and e.value.endswith((".yaml", ".yml"))), None)
+    if ("grpo" in top and (top & _NEMO_TOP or nemo_base)) or (nemo_base and top & _NEMO_TOP and "grpo" in nemo_base):
+        return "nemo"  # NeMo-RL: a GRPO master config, or an overlay on a GRPO base
     verl, trl = top & VERL_TOP_KEYS, top & TRL_KEYS
     if verl and not (trl and len(trl) > len(verl)):
         return "verl"
@@ -194,7 +194,8 @@ def _detect_kind(path: str, entries: list[Entry], kind: str | None) -> str:
         return "trl"
     raise InputError(path, f"not a verl or TRL config: none of its top-level keys ({', '.join(sorted(top)[:8])}) "
                            f"is a verl section ({', '.join(sorted(VERL_TOP_KEYS))}) or a TRL GRPOConfig field "
-                           f"({', '.join(sorted(TRL_KEYS))}); pass --kind verl|trl")
+                           f"({', '.join(sorted(TRL_KEYS))}), nor EasyR1's `worker` or NeMo-RL's `grpo`; pass --kind "
+                           f"{'|'.join(KINDS)}")
 
 
 def _from_mapping(path: str, entries: list[Entry], form: str, kind: str | None, depth: int = 0) -> ConfigDoc:
