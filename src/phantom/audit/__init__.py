@@ -26,7 +26,6 @@ dump) and :mod:`phantom.audit.watch` (``phantom watch``: the leading indicators 
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -124,6 +123,8 @@ def _measure(path: str) -> AllSame:
 
 def _internal(path: str, exc: BaseException) -> InputReport:
     """An audit bug: say so, name the input, keep the batch going (exit 3)."""
+    import traceback
+
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
     err = InputError(path, f"internal error of phantom audit ({type(exc).__name__}: {exc}{where}); please report "

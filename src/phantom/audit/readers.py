@@ -270,6 +270,28 @@ def _manifest(path: str, text: str) -> ConfigDoc | None:
 # ------------------------------------------------------------------------------------------------
 # TRL in Python, parsed (never run)
 # ------------------------------------------------------------------------------------------------
+_LAST: list = [None, []]  # the last text split into lines (kept referenced, so `is` identifies it)
+
+
+def _segment(text: str, node: ast.AST) -> str | None:
+    """``ast.get_source_segment`` without splitting the whole file again for every keyword (it did, per call)."""
+    if _LAST[0] is not text:
+        _LAST[0], _LAST[1] = text, text.splitlines(keepends=True)
+    lines = _LAST[1]
+    try:
+        l0, l1 = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined, operator]
+        c0, c1 = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        return None
+    if c1 is None or l1 >= len(lines):
+        return None
+    if l0 == l1:
+        return lines[l0].encode()[c0:c1].decode(errors="replace")
+    first = lines[l0].encode()[c0:].decode(errors="replace")
+    last = lines[l1].encode()[:c1].decode(errors="replace")
+    return first + "".join(lines[l0 + 1:l1]) + last
+
+
 def _call_name(func: ast.expr) -> str:
     if isinstance(func, ast.Name):
         return func.id
@@ -293,7 +315,7 @@ def _literal(node: ast.expr, assigns: dict[str, ast.expr], text: str) -> Any:
     try:
         return ast.literal_eval(target)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return Unresolved(ast.get_source_segment(text, node) or ast.unparse(node))
+        return Unresolved(_segment(text, node) or ast.unparse(node))
 
 
 def _func_names(node: ast.expr, assigns: dict[str, ast.expr], doc: ConfigDoc | None = None,
@@ -366,7 +388,7 @@ def read_python(path: str, text: str) -> ConfigDoc:
                 continue
             value = _func_names(kw.value, assigns, doc, defined) if kw.arg == "reward_funcs" else \
                 _literal(kw.value, assigns, text)
-            doc.set(Entry(kw.arg, value, path, kw.lineno, ast.get_source_segment(text, kw)))
+            doc.set(Entry(kw.arg, value, path, kw.lineno, _segment(text, kw)))
     if not seen:
         raise InputError(path, "no GRPOConfig/GRPOTrainer/RLOOConfig/RLOOTrainer(...) call found; a Python input is "
                                "read as TRL settings (pass a verl reward function with --reward-fn instead)")

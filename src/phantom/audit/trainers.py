@@ -202,7 +202,7 @@ EASYR1_EXAMPLE_CONFIG: dict[str, Any] = {
     "algorithm.adv_estimator": "grpo", "algorithm.online_filtering": False, "algorithm.filter_key": "overall",
     "algorithm.filter_low": 0.01, "algorithm.filter_high": 0.99,
     "worker.reward.reward_function": "./examples/reward_function/math.py:compute_score"}
-_COMPILED = [(re.compile(t.pattern), t) for t in TRAINERS]
+_COMPILED = sorted(((re.compile(t.pattern), t) for t in TRAINERS), key=lambda p: -len(p[1].pattern))
 
 
 def by_name(name: str) -> Trainer:
@@ -212,7 +212,7 @@ def by_name(name: str) -> Trainer:
 
 def match_module(name: str, family: str | None = None) -> Trainer | None:
     """The entry for a module name or script path, most specific pattern first."""
-    for rx, t in sorted(_COMPILED, key=lambda p: -len(p[1].pattern)):
+    for rx, t in _COMPILED:
         if (family is None or t.family == family) and rx.search(name):
             return t
     return None
