@@ -27,6 +27,7 @@ dump) and :mod:`phantom.audit.watch` (``phantom watch``: the leading indicators 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def audit_doc(doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None 
         if pr is not None and probes_out is not None:
             probes_out.append(pr)
         rep.facts = verl_facts(s, pr, shaped, data_source=data_source)
-        rep.findings = verl_findings(s, rep.facts, all_same=all_same)
+        rep.findings = [_fix_status(f, s) for f in verl_findings(s, rep.facts, all_same=all_same)]
     elif doc.kind == "lab":
         rep.trainer = "phantom lab"
         rep.facts = lab_facts(s, shaped)
@@ -99,6 +100,21 @@ def audit_doc(doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None 
         rep.findings = family_findings(s, rep.facts) if rloo else trl_findings(s, rep.facts, trl_version=trl_version)
     rep.findings = read_findings(doc) + rep.findings
     return rep
+
+
+#: verl entry points whose composed config tests/test_audit_fixes.py builds to check each printed override
+_COMPOSED = frozenset({"main_ppo", "main_ppo_v0", "recipe.dapo", "fully_async"})
+
+
+def _fix_status(f: Finding, s: Settings) -> Finding:
+    """Say how a verl fix was checked: composed against the entry point's Hydra config, or constructed."""
+    if not f.fix_overrides or f.fix_status:
+        return f
+    if s.spec.name in _COMPOSED and s.doc.config_name is None:
+        where = "verl-recipe's DAPO config (the project's stub of it)" if s.spec.name == "recipe.dapo" else \
+            f"verl 0.9.1's {s.spec.config}"
+        return replace(f, fix_status=f"composed against {where} in tests/test_audit_fixes.py")
+    return replace(f, fix_status=f"constructed: {s.spec.label}'s own config is not composed here")
 
 
 def _family_label(doc: ConfigDoc) -> tuple[str, str]:
