@@ -1,9 +1,11 @@
 """Turn a config file of any supported form into a :class:`~phantom.audit.model.ConfigDoc`.
 
-Forms: verl YAML (a Hydra config, or the composed ``.hydra/config.yaml``), JSON, a Hydra override
-list (``.hydra/overrides.yaml`` or a text file with one ``key=value`` per line), a bash launch
-script, and TRL ``GRPOConfig`` settings as YAML, JSON or keyword arguments in a Python file. Python
-is read with :mod:`ast` only: a training script is never imported or run.
+Forms: verl YAML (a Hydra config, or the composed ``.hydra/config.yaml``), EasyR1 and NeMo-RL YAML
+(NeMo-RL's ``defaults:`` base read underneath), JSON, a Hydra override list
+(``.hydra/overrides.yaml`` or a text file with one ``key=value`` per line), a bash launch script
+(:mod:`phantom.audit.shell`), TRL ``GRPOConfig`` settings as YAML or JSON, and TRL keyword
+arguments in a Python file (:mod:`phantom.audit.trl_python`, read with :mod:`ast` only: a training
+script is never imported or run).
 """
 
 from __future__ import annotations
