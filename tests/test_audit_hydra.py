@@ -33,13 +33,20 @@ WORDS = [
     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa", "~algorithm.filter_groups",
     "model_engine=megatron", "ray_kwargs.ray_init.runtime_env.py_executable=null", "+ray_kwargs.ray_init.num_gpus=8",
     "data.custom_cls.path=x", "reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_resp_len=4096",
+    "+data.custom_cls.path=x",  # the key is null: `+` may add it
+    "+algorithm.filter_groups={enable: True}",  # a dict value merges
+    "model_engine=megatron && actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+    "model_engine=megatron && +actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform",
+    "model_engine=veomni && actor_rollout_ref.actor.veomni.enable_full_shard=True",
     # refused
     "+algorithm.filter_groups.enable=True", "+data.train_batch_size=8", "~foo.bar", "data.max_respnse_length=1",
     "algorithm.gdpo_reward_keys=[a,b]", "actor_rollout_ref.rollout.engine_kwargs.vllm.foo=1",
     "actor_rollout_ref.model.override_config.attn_implementation=sdpa",
     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "reward_model.overlong_buffer.enable=True",
     "reward.reward_kwargs.overlong_buffer_cfg.enable=True", "reward_model.reward_kwargs.x=1",
-    "actor_rollout_ref.actor.clip_cov_ratio=0.1",
+    "actor_rollout_ref.actor.clip_cov_ratio=0.1", "~data.custom_cls.path",
+    "model_engine=megatron && actor_rollout_ref.actor.megatron.grad_offload=True",
+    "model_engine=megatron && +actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
 ]
 REFUSING = {"PH042", "PH043", "PH044", "PH045"}
 
@@ -58,19 +65,21 @@ def compose():
     return run
 
 
-def _audit_refuses(word: str) -> bool:
+def _audit_refuses(words: list[str]) -> bool:
     from phantom.audit.hydra_rules import hydra_findings
     from phantom.audit.legacy import legacy_findings
 
     doc = ConfigDoc("words.txt", "verl", "overrides", entrypoint="main_ppo")
-    doc.set(parse_override(word, "words.txt", 1))
+    for w in words:
+        doc.set(parse_override(w, "words.txt", 1))
     s = Settings(doc)
     return any(f.rule in REFUSING for f in hydra_findings(s) + legacy_findings(s))
 
 
 @pytest.mark.parametrize("word", WORDS)
 def test_audit_agrees_with_hydra(compose, word):
-    assert _audit_refuses(word) == (not compose([word])), word
+    words = word.split(" && ")
+    assert _audit_refuses(words) == (not compose(words)), word
 
 
 def test_key_file_is_the_installed_wheels():
@@ -78,6 +87,7 @@ def test_key_file_is_the_installed_wheels():
     assert recorded == generate()
     ks = key_set("ppo_trainer")
     assert ks.has("algorithm.filter_groups.metric") and not ks.has("reward.reward_kwargs")
+    assert ks.is_null("data.custom_cls.path") and key_set("ppo_trainer@megatron").has("actor_rollout_ref.actor.megatron")
     assert ks.is_group("model_engine") and ks.is_group("actor@actor_rollout_ref.actor")
 
 

@@ -41,6 +41,7 @@ EXPECTED: dict[str, tuple[int, str, dict[str, str]]] = {
     "nemo_base.yaml": (0, "nemo.grpo", {}),
     "nemo_overlong_no_filter.yaml": (1, "nemo.grpo", {"PH010": E}),
     "nemo_dapo_dynamic.yaml": (0, "nemo.grpo", {"PH001": I}),
+    "nemo_overlay_unknown_base.yaml": (1, "nemo.grpo", {"PH010": W}),  # its environment is not in the file
     # oat: grpo critic on an oracle the audit does not know; drgrpo on the two-valued math oracle
     "oat_grpo_countdown.sh": (1, "oat", {"PH010": W}),
     "oat_drgrpo_math.sh": (0, "oat", {}),

@@ -26,8 +26,8 @@ dump) and :mod:`phantom.audit.watch` (``phantom watch``: the leading indicators 
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ def audit_doc(doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None 
         if pr is not None and probes_out is not None:
             probes_out.append(pr)
         rep.facts = verl_facts(s, pr, shaped, data_source=data_source)
-        rep.findings = verl_findings(s, rep.facts, all_same=all_same)
+        rep.findings = [_fix_status(f, s) for f in verl_findings(s, rep.facts, all_same=all_same)]
     elif doc.kind == "lab":
         rep.trainer = "phantom lab"
         rep.facts = lab_facts(s, shaped)
@@ -102,6 +102,21 @@ def audit_doc(doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None 
     return rep
 
 
+#: verl entry points whose composed config tests/test_audit_fixes.py builds to check each printed override
+_COMPOSED = frozenset({"main_ppo", "main_ppo_v0", "recipe.dapo", "fully_async"})
+
+
+def _fix_status(f: Finding, s: Settings) -> Finding:
+    """Say how a verl fix was checked: composed against the entry point's Hydra config, or constructed."""
+    if not f.fix_overrides or f.fix_status:
+        return f
+    if s.spec.name in _COMPOSED and s.doc.config_name is None:
+        where = "verl-recipe's DAPO config (the project's stub of it)" if s.spec.name == "recipe.dapo" else \
+            f"verl 0.9.1's {s.spec.config}"
+        return replace(f, fix_status=f"composed against {where} in tests/test_audit_fixes.py")
+    return replace(f, fix_status=f"constructed: {s.spec.label}'s own config is not composed here")
+
+
 def _family_label(doc: ConfigDoc) -> tuple[str, str]:
     try:
         t = by_name(doc.entrypoint) if doc.entrypoint else None
@@ -124,6 +139,8 @@ def _measure(path: str) -> AllSame:
 
 def _internal(path: str, exc: BaseException) -> InputReport:
     """An audit bug: say so, name the input, keep the batch going (exit 3)."""
+    import traceback
+
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
     err = InputError(path, f"internal error of phantom audit ({type(exc).__name__}: {exc}{where}); please report "

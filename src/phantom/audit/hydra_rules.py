@@ -3,9 +3,10 @@
 Hydra 1.3 composes verl's configs in struct mode (checked against Hydra itself in
 ``tests/test_audit_hydra.py``):
 
-* ``+key=value`` where ``key`` exists: "Could not append to config. An item is already at 'key'" (PH044);
-* ``key=value`` where it does not: "Could not override 'key' ... Key 'x' is not in struct" (PH045);
-* ``~key`` where it does not: "Could not delete from config. 'key' does not exist" (PH045).
+* ``+key=value`` where ``key`` exists and is not null, with a value that is not a list or a dict:
+  "Could not append to config. An item is already at 'key'" (PH044);
+* ``key=value`` where it does not exist: "Could not override 'key'" (PH045);
+* ``~key`` where it is absent or null: "Could not delete from config. 'key' does not exist" (PH045).
 
 The key set is the one the command's entry point composes (:mod:`phantom.audit.trainers`,
 :mod:`phantom.audit.verl_keys`): ``ppo_trainer`` for ``main_ppo``, plus what a recipe's own config adds.
@@ -52,9 +53,9 @@ def hydra_findings(s: Settings) -> list[Finding]:
             continue
         prefix = prefix_of(e)
         if e.value is DELETE or prefix == "~":
-            if not ks.has(key):
+            if not ks.has(key) or ks.is_null(key):
                 gone.append(e)
-        elif prefix == "+" and ks.has(key):
+        elif prefix == "+" and ks.has(key) and not ks.is_null(key) and not isinstance(e.value, (dict, list)):
             plus.append(e)
         elif prefix == "" and not ks.has(key):
             missing.append(e)
@@ -68,13 +69,17 @@ def hydra_findings(s: Settings) -> list[Finding]:
                             f"{'it' if len(plus) == 1 else 'them'}, so Hydra refuses to start (\"Could not append to "
                             "config. An item is already at ...\")",
                             "Hydra 1.3: `+key=value` only adds; `key=value` overrides; `++key=value` does either",
-                            " ".join(fixes) + " (drop the `+`)", fixes, expect))
+                            " ".join(fixes[:8]) + (f" ... ({len(fixes) - 8} more)" if len(fixes) > 8 else "")
+                            + " (drop the `+`)", fixes, expect))
     if missing or gone:
         fixes_l: list[str] = []
         expect = {}
         hints = []
+        typos = 0
         for e in missing:
-            near = ks.nearest(e.key)
+            found = ks.nearest(e.key)
+            near = found[0] if found else None
+            typos += bool(found and found[1] == "typo")
             if near is not None:
                 fixes_l.append(f"{near}={_value_text(e)}")
                 hints.append(f"`{e.key}` -> `{near}`")
@@ -84,20 +89,22 @@ def hydra_findings(s: Settings) -> list[Finding]:
                 fixes_l.append(f"+{e.key}={_value_text(e)}")
                 if not isinstance(e.value, Unresolved):
                     expect[e.key] = e.value
-        fix = " ".join(fixes_l)
+        fix = " ".join(fixes_l[:8]) + (f" ... ({len(fixes_l) - 8} more in fix_overrides)" if len(fixes_l) > 8 else "")
         if hints:
-            fix += f" (closest existing key: {', '.join(hints)})"
+            fix += f" (closest existing key: {', '.join(hints[:6])})"
         if any(f.startswith("+") for f in fixes_l):
             fix += "; `+` adds a key, but nothing in the trainer reads a key its config does not define: check the name"
         if gone:
             fix += ("; " if fix else "") + f"drop {', '.join('~' + e.key for e in gone)} (nothing to delete)"
         bad = missing + gone
+        typo = bool(typos) or bool(gone)  # a misspelt sibling of an existing key: a mistake on any verl
         out.append(_finding("PH045", "key-not-in-config", s, bad,
                             f"{_names(bad)}: not in {where}, so Hydra refuses to start (\"Could not override ... "
                             "Key ... is not in struct\"" + (", \"Could not delete from config\"" if gone else "") + ")",
                             "Hydra composes verl's config in struct mode: an override must name a key the config "
-                            "defines (a typo, or a key of another verl version or trainer), or add it with `+`",
-                            fix, tuple(fixes_l), expect))
+                            "defines (a typo, or a key of another verl version or trainer), or add it with `+`"
+                            + ("" if typo else "; the audit knows verl 0.9.1's keys, not those of newer releases"),
+                            fix, tuple(fixes_l), expect, "error" if typo else "warning"))
     return out
 
 
@@ -107,8 +114,8 @@ def _names(entries: list[Entry]) -> str:
 
 
 def _finding(rule: str, name: str, s: Settings, entries: list[Entry], message: str, why: str, fix: str,
-             overrides: tuple[str, ...], expect: dict[str, Any]) -> Finding:
+             overrides: tuple[str, ...], expect: dict[str, Any], severity: str = "error") -> Finding:
     first = entries[0]
-    return Finding(rule, name, "error", first.key, message, why, fix, chapter("verl"), first.file, first.line,
+    return Finding(rule, name, severity, first.key, message, why, fix, chapter("verl"), first.file, first.line,
                    fix_overrides=overrides, fix_expect=expect, keys=tuple(e.key for e in entries),
                    fix_status="composed against verl's Hydra config in tests/test_audit_hydra.py" if overrides else None)

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EASYR1_EXAMPLE_CONFIG", "FAMILIES", "TRAINERS", "Trainer", "by_name", "match_module", "unknown_verl"]
+__all__ = ["EASYR1_EXAMPLE_CONFIG", "FAMILIES", "NEMO_GRPO_MATH_BASE", "TRAINERS", "Trainer", "by_name", "match_module", "unknown_verl"]
 
 #: config families; ``verl`` covers verl's own mains and verl-recipe's
 FAMILIES: tuple[str, ...] = ("verl", "easyr1", "trl", "openrlhf", "swift", "nemo", "oat", "lab")
@@ -191,13 +191,18 @@ TRAINERS: tuple[Trainer, ...] = (
             norm="critic_type=grpo divides by the group std; drgrpo (the default) does not"),
 )
 _BY_NAME = {t.name: t for t in TRAINERS}
+#: what NeMo-RL's shipped GRPO math bases (examples/configs/grpo_math_1B.yaml and its siblings,
+#: NVIDIA-NeMo/RL@7ea279ab) set that the rules read: an overlay naming one that is not found here gets these
+NEMO_GRPO_MATH_BASE: dict[str, Any] = {
+    "grpo.normalize_rewards": True, "grpo.use_leave_one_out_baseline": True, "grpo.use_dynamic_sampling": False,
+    "grpo.reward_shaping.enabled": False, "env.math.num_workers": 8}
 #: what EasyR1's shipped examples/config.yaml sets that the rules read (hiyouga/EasyR1@b44b311b): a launch script
 #: passing `config=examples/config.yaml` from an EasyR1 checkout gets these when the file is not found here
 EASYR1_EXAMPLE_CONFIG: dict[str, Any] = {
     "algorithm.adv_estimator": "grpo", "algorithm.online_filtering": False, "algorithm.filter_key": "overall",
     "algorithm.filter_low": 0.01, "algorithm.filter_high": 0.99,
     "worker.reward.reward_function": "./examples/reward_function/math.py:compute_score"}
-_COMPILED = [(re.compile(t.pattern), t) for t in TRAINERS]
+_COMPILED = sorted(((re.compile(t.pattern), t) for t in TRAINERS), key=lambda p: -len(p[1].pattern))
 
 
 def by_name(name: str) -> Trainer:
@@ -207,7 +212,7 @@ def by_name(name: str) -> Trainer:
 
 def match_module(name: str, family: str | None = None) -> Trainer | None:
     """The entry for a module name or script path, most specific pattern first."""
-    for rx, t in sorted(_COMPILED, key=lambda p: -len(p[1].pattern)):
+    for rx, t in _COMPILED:
         if (family is None or t.family == family) and rx.search(name):
             return t
     return None

@@ -1,15 +1,16 @@
 """Which keys exist in the config a verl entry point composes, so Hydra's rules can be applied without Hydra.
 
-Hydra 1.3 composes verl's config in struct mode: an override ``key=value`` of a key the composed
-config does not have is refused ("Key 'x' is not in struct"), and ``+key=value`` of a key it does
-have is refused too ("Could not append to config. An item is already at 'key'"); either way the run
-never starts. ``++key=value`` always works, ``~key`` needs the key. Config *groups* are selected
-with ``group=option`` (``model_engine=megatron``).
+Hydra 1.3 composes verl's config in struct mode (``hydra/_internal/config_loader_impl.py``,
+``_apply_overrides_to_config``): an override ``key=value`` of a key the composed config does not have
+is refused ("Could not override 'key'"); ``+key=value`` of a key it has is refused too ("Could not
+append to config. An item is already at 'key'") unless the key's value is null or the new value is
+a list or a dict; ``~key`` is refused when the key is absent or null; ``++key=value`` always works.
+Config *groups* are selected with ``group=option`` (``model_engine=megatron``), and change the keys.
 
 The key sets are the dotted paths (nodes and leaves) of verl 0.9.1's configs as Hydra composes
-them: ``ppo_trainer``, ``ppo_megatron_trainer`` and the fully-async trainer's config, kept in
-``verl_keys.json`` next to this module (``ppo_megatron_trainer`` and ``fully_async_ppo_trainer`` as
-differences from ``ppo_trainer``). ``python -m phantom.audit.verl_keys --write`` regenerates the file
+them, and which of them are null: ``ppo_trainer`` with each ``model_engine`` (``ppo_trainer@megatron``,
+...), ``ppo_megatron_trainer`` and the fully-async trainer's configs, kept in ``verl_keys.json``
+next to this module (each variant as differences from ``ppo_trainer``). ``python -m phantom.audit.verl_keys --write`` regenerates the file
 from the installed wheel; ``tests/test_audit_hydra.py`` checks it against the wheel and checks the
 rules against Hydra itself. The file is read once, lazily: the audit never imports verl or Hydra.
 """
@@ -34,14 +35,19 @@ _CONFIGS = {"ppo_trainer": "trainer/config", "ppo_megatron_trainer": "trainer/co
 class KeySet:
     """The keys of one composed config (plus a trainer's own additions) and verl's config groups."""
 
-    def __init__(self, keys: frozenset[str], groups: frozenset[str], name: str):
-        self.keys, self.groups, self.name = keys, groups, name
+    def __init__(self, keys: frozenset[str], groups: frozenset[str], name: str, nulls: frozenset[str] = frozenset()):
+        self.keys, self.groups, self.name, self.nulls = keys, groups, name, nulls
+        self._idx: tuple[dict[str, dict[str, str]], dict[str, list[str]]] | None = None
 
     def with_extra(self, extra: frozenset[str]) -> KeySet:
         if not extra:
             return self
         parents = {".".join(k.split(".")[:i]) for k in extra for i in range(1, k.count(".") + 1)}
-        return KeySet(self.keys | extra | parents, self.groups, self.name)
+        return KeySet(self.keys | extra | parents, self.groups, self.name, self.nulls)
+
+    def is_null(self, key: str) -> bool:
+        """The key exists with a null value (Hydra then lets ``+key`` add it and refuses ``~key``)."""
+        return key in self.nulls
 
     def has(self, key: str) -> bool:
         return key in self.keys
@@ -50,17 +56,32 @@ class KeySet:
         """``model_engine`` or ``actor@actor_rollout_ref.actor``: a config-group selection, not a key."""
         return key.split("@", 1)[0] in self.groups and "." not in key.split("@", 1)[0]
 
-    def nearest(self, key: str) -> str | None:
-        """The existing key a typo most likely meant (same parent first), for the fix."""
+    def _index(self) -> tuple[dict[str, dict[str, str]], dict[str, list[str]]]:
+        """parent -> {last part: key}, and last part -> keys (built once: a script may set thousands of keys)."""
+        if self._idx is None:
+            by_parent: dict[str, dict[str, str]] = {}
+            by_leaf: dict[str, list[str]] = {}
+            for k in self.keys:
+                parent, _, leaf = k.rpartition(".")
+                by_parent.setdefault(parent, {})[leaf] = k
+                if parent:
+                    by_leaf.setdefault(leaf, []).append(k)
+            self._idx = (by_parent, by_leaf)
+        return self._idx
+
+    def nearest(self, key: str) -> tuple[str, str] | None:
+        """``(existing key, "typo" | "moved")``: a sibling whose last part is spelt almost the same, else the
+        same last part under another section (a key that lives elsewhere, e.g. in another verl version)."""
         import difflib
 
-        parent = key.rsplit(".", 1)[0] if "." in key else ""
-        siblings = [k for k in self.keys if k.rsplit(".", 1)[0] == parent] if parent else []
-        for pool in (siblings, list(self.keys)):
-            hit = difflib.get_close_matches(key, pool, n=1, cutoff=0.8)
-            if hit:
-                return hit[0]
-        return None
+        by_parent, by_leaf = self._index()
+        parent, _, leaf = key.rpartition(".")
+        siblings = by_parent.get(parent, {})
+        hit = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.9) if siblings else []
+        if hit:
+            return siblings[hit[0]], "typo"
+        same = sorted(by_leaf.get(leaf, ()), key=len)
+        return (same[0], "moved") if same else None
 
     def deepest_parent(self, key: str) -> str | None:
         parts = key.split(".")
@@ -75,25 +96,29 @@ def key_set_for(s: Any) -> KeySet | None:
     """The keys the command's config has (``s``: a :class:`phantom.audit.schema.Settings`), or None when unknown.
 
     The entry point's config (its registry entry's key set plus what its own config adds), or the one a
-    ``--config-name`` names when the audit has it; a model-engine group selection (``model_engine=megatron``)
-    adds that engine's keys.
+    ``--config-name`` names when the audit has it; a ``model_engine=X`` selection picks that variant.
     """
+    cached = getattr(s, "_key_set", False)
+    if cached is not False:
+        return cached
+    s._key_set = _key_set_for(s)
+    return s._key_set
+
+
+def _key_set_for(s: Any) -> KeySet | None:
     if s.doc.kind != "verl":
         return None
     name = s.doc.config_name
     if name is not None:
-        base = key_set(name) if name in _KNOWN_CONFIGS else None
+        base = name if name in _KNOWN_CONFIGS else None
     else:
-        base = key_set(s.spec.keys) if s.spec.keys else None
-    if base is None:
-        return None
-    ks = base.with_extra(s.spec.extra_keys)
-    groups = [e for k, e in s.doc.entries.items() if ks.is_group(k) and (e.raw or '').lstrip('+~').startswith(k + '=')]
-    if any(str(e.value) not in ("dp", "fsdp") for e in groups):  # another model engine: its keys too
-        other = key_set("ppo_megatron_trainer")
-        if other is not None:
-            ks = KeySet(ks.keys | other.keys, ks.groups, ks.name + "+groups")
-    return ks
+        base = s.spec.keys
+    engine = next((str(e.value) for k, e in s.doc.entries.items() if k == "model_engine"
+                   and (e.raw or "").lstrip("+~").startswith("model_engine=")), None)
+    if base is not None and engine not in (None, "dp"):
+        base = f"{base}@{engine}"
+    ks = key_set(base) if base else None
+    return ks.with_extra(s.spec.extra_keys) if ks is not None else None
 
 
 @lru_cache(maxsize=8)
@@ -110,21 +135,26 @@ def key_set(name: str) -> KeySet | None:
     data = _data()
     if data is None or name not in data["configs"]:
         return None
-    base = set(data["configs"]["ppo_trainer"])
-    entry = data["configs"][name]
-    keys = base if name == "ppo_trainer" else (base - set(entry["removed"])) | set(entry["added"])
-    return KeySet(frozenset(keys), frozenset(data["groups"]), name)
+    base = data["configs"]["ppo_trainer"]
+    keys, nulls = set(base["keys"]), set(base["nulls"])
+    if name != "ppo_trainer":
+        d = data["configs"][name]
+        keys = (keys - set(d["removed"])) | set(d["added"])
+        nulls = (nulls - set(d["nulls_removed"])) | set(d["nulls_added"])
+    return KeySet(frozenset(keys), frozenset(data["groups"]), name, frozenset(nulls))
 
 
-def _flatten(node: object, prefix: str, out: set[str]) -> None:
+def _flatten(node: object, prefix: str, out: set[str], nulls: set[str]) -> None:
     if isinstance(node, dict):
         for k, v in node.items():
             key = f"{prefix}{k}"
             out.add(key)
-            _flatten(v, key + ".", out)
+            if v is None:
+                nulls.add(key)
+            _flatten(v, key + ".", out, nulls)
 
 
-def _compose(name: str, folder: Path) -> set[str]:
+def _compose(name: str, folder: Path, overrides: list[str]) -> tuple[set[str], set[str]]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -132,12 +162,13 @@ def _compose(name: str, folder: Path) -> set[str]:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(str(folder), version_base=None):
-            cfg = compose(config_name=name)
+            cfg = compose(config_name=name, overrides=overrides)
     finally:
         GlobalHydra.instance().clear()
     out: set[str] = set()
-    _flatten(OmegaConf.to_container(cfg, resolve=False), "", out)
-    return out
+    nulls: set[str] = set()
+    _flatten(OmegaConf.to_container(cfg, resolve=False), "", out, nulls)
+    return out, nulls
 
 
 def generate() -> dict:
@@ -148,13 +179,20 @@ def generate() -> dict:
     spec = importlib.util.find_spec("verl")
     assert spec is not None and spec.origin is not None, "verl is not installed"
     root = Path(spec.origin).parent
-    groups = sorted(p.name for p in (root / "trainer" / "config").iterdir() if p.is_dir() and not p.name.startswith("_"))
-    sets = {name: _compose(name, root / folder) for name, folder in _CONFIGS.items()}
-    base = sets["ppo_trainer"]
-    configs: dict = {"ppo_trainer": sorted(base)}
-    for name, keys in sets.items():
+    cfg_dir = root / "trainer" / "config"
+    groups = sorted(p.name for p in cfg_dir.iterdir() if p.is_dir() and not p.name.startswith("_"))
+    engines = sorted(p.stem for p in (cfg_dir / "model_engine").glob("*.yaml"))
+    sets = {name: _compose(name, root / folder, []) for name, folder in _CONFIGS.items()}
+    for name in ("ppo_trainer", "fully_async_ppo_trainer"):
+        for eng in engines:
+            if eng != "dp":
+                sets[f"{name}@{eng}"] = _compose(name, root / _CONFIGS[name], [f"model_engine={eng}"])
+    keys, nulls = sets["ppo_trainer"]
+    configs: dict = {"ppo_trainer": {"keys": sorted(keys), "nulls": sorted(nulls)}}
+    for name, (k, n) in sorted(sets.items()):
         if name != "ppo_trainer":
-            configs[name] = {"added": sorted(keys - base), "removed": sorted(base - keys)}
+            configs[name] = {"added": sorted(k - keys), "removed": sorted(keys - k),
+                             "nulls_added": sorted(n - nulls), "nulls_removed": sorted(nulls - n)}
     return {"verl": importlib.metadata.version("verl"), "groups": groups, "configs": configs}
 
 
@@ -164,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(data, indent=0, sort_keys=True) + "\n"
     if "--write" in args:
         DATA.write_text(text)
-        print(f"wrote {DATA} (verl {data['verl']}: {len(data['configs']['ppo_trainer'])} keys in ppo_trainer)")
+        print(f"wrote {DATA} (verl {data['verl']}: {len(data['configs']['ppo_trainer']['keys'])} keys in ppo_trainer)")
     else:
         sys.stdout.write(text)
     return 0
