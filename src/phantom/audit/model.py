@@ -32,6 +32,8 @@ BOOK: dict[str, str] = {
     "estimators": "book/chapters/07_estimators.md",
     "what_not": "book/chapters/08_what_does_not_matter.md",
     "rules": "book/chapters/09_rules.md",
+    "defaults": "book/chapters/appendix_defaults.md",
+    "reference": "book/chapters/appendix_audit.md",
 }
 
 #: Most to least severe. ``error``: the run is phantom-prone or misconfigured as written;

@@ -179,7 +179,7 @@ def _estimator_findings(s: Settings, f: RewardFacts) -> list[Finding]:
                   "each trainer reads its own config: a key verl's main_ppo honours may be ignored or mean something "
                   "else here, so a clean report would be a guess", "audit a launch of a trainer the audit knows "
                   "(phantom audit --help lists them), or pass --entrypoint NAME if this one wraps one of them",
-                  "rules"))
+                  "reference"))
     return out
 
 
@@ -269,7 +269,7 @@ def verl_findings(s: Settings, f: RewardFacts, *, all_same: AllSame | None = Non
                       "the audit cannot tell whether the reward scores failures differently" + hint,
                       "findings that depend on it are warnings instead of errors",
                       "pass --reward-fn PATH[:NAME] (imported and called on 8 probe answers) or --shaped/--no-shaped",
-                      "rules"))
+                      "reference"))
     return out
 
 
@@ -290,18 +290,18 @@ def _acc_findings(s: Settings, f: RewardFacts, filter_reads_acc: bool, cap: Any,
                       "a shaped `acc` hides the outcome from the filter, the validation headline and dashboards",
                       "return a dict: {'score': shaped, 'acc': float(outcome)}" + (
                           " from a custom reward function (reward.custom_reward_function.path) that wraps the "
-                          "built-in scorer" if builtin else ""), "filter"))
+                          "built-in scorer" if builtin else ""), "defaults"))
     elif f.returns in ("dict", "mixed") and f.acc_binary is False:
         out.append(_f("PH003", "non-binary-acc", cap("error") if filter_reads_acc else "warning", s, path_key,
                       "the reward dict's `acc` is not 0/1" + (", and the group filter reads it" if filter_reads_acc
                                                                else ""),
                       _WHY_PHANTOM if filter_reads_acc else "verl reports `acc` as the validation accuracy",
-                      "make `acc` the binary outcome and put partial credit or shaping in `score`", "filter"))
+                      "make `acc` the binary outcome and put partial credit or shaping in `score`", "defaults"))
     elif filter_reads_acc and f.returns is None and f.acc_binary is None and f.score_shaped is not False:
         out.append(_f("PH002", "float-reward-acc", "warning", s, loc,
                       "the filter reads `acc`, which is binary only if the reward function returns a dict with a "
                       "binary `acc`; a float return makes acc = the shaped score",
-                      _WHY_PHANTOM, "check it with --reward-fn PATH[:NAME]; " + _FIX_ACC, "filter"))
+                      _WHY_PHANTOM, "check it with --reward-fn PATH[:NAME]; " + _FIX_ACC, "defaults"))
     return out
 
 
