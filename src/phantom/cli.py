@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"phantom: unknown command {command!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     if argv is None:  # the console script, not a call from Python: the lab's processes get tcmalloc
-        from phantom.malloc import reexec_with_allocator
+        from phantom.proc.malloc import reexec_with_allocator
 
         try:
             reexec_with_allocator(command, args)

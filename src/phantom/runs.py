@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from phantom.malloc import in_use as malloc_in_use
+from phantom.proc.malloc import in_use as malloc_in_use
 
 __all__ = [
     "STATUSES",

@@ -27,10 +27,10 @@ from typing import Any
 
 import yaml
 
-from phantom.kernels import batch_kernel_env
 from phantom.lab.spec import ArmSpec
+from phantom.proc.kernels import batch_kernel_env
+from phantom.proc.zygote import code_command, kernel_zygote
 from phantom.runs import RunDir, RunInUse, runs_root
-from phantom.zygote import code_command, kernel_zygote
 
 __all__ = ["PROFILES", "Cell", "SweepFailed", "list_sweeps", "load_sweep", "expand", "run_sweep", "sweep_table",
            "notebook_path", "materialize_notebook", "build_warm_starts"]
@@ -38,7 +38,7 @@ __all__ = ["PROFILES", "Cell", "SweepFailed", "list_sweeps", "load_sweep", "expa
 PROFILES: tuple[str, ...] = ("full", "quick")
 _NB_DIR = ".lab_notebooks"
 #: what a cell's papermill process and kernel import (``notebooks/lab_arm.py``), preloaded by the sweep's
-#: zygote (:mod:`phantom.zygote`); torch's optimizers import ``torch._dynamo`` (1.5 s) on first use
+#: zygote (:mod:`phantom.proc.zygote`); torch's optimizers import ``torch._dynamo`` (1.5 s) on first use
 #: (not tqdm.auto: it picks its front end when first imported, which must happen inside the kernel);
 #: ``prepare_zygote`` builds, loads and checks the C decode kernel once for every forked cell
 PRELOAD = ("torch", "torch._dynamo", "torch.optim", "numpy", "pandas", "phantom.lab.rl", "phantom.runs",
@@ -308,7 +308,7 @@ def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
                disable=not progress)
     env = _cell_env(root)
     # one zygote for the sweep when there is more than one cell: each kernel is forked with torch and
-    # the lab already imported (phantom.zygote; benchmarks/bench_sweep.py: ~2 CPU-s less per cell)
+    # the lab already imported (phantom.proc.zygote; benchmarks/bench_sweep.py: ~2 CPU-s less per cell)
     with kernel_zygote(root / _NB_DIR, preload=PRELOAD, env=env, enabled=len(todo) > 1) as z:
         try:
             while pending or active:
