@@ -72,7 +72,10 @@ def test_spec_round_trip_and_names():
     ["run", "--set", "bogus"],
     ["sweep", "no-such-sweep"],
     ["sweep", "paper", "--profile", "medium"],
-    ["sft", "--profile", "huge"],
+    ["sft", "--profile", "huge"],  # the old spelling of --model still checks its value
+    ["sft", "--model", "huge"],
+    ["run", "--steps", "2", "--set", "steps=1"],
+    ["run", "--name", "../x"],
 ])
 def test_cli_bad_input_exits_2(argv, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PHANTOM_RUNS", str(tmp_path / "runs"))
