@@ -123,6 +123,7 @@ SLOW = [
     (["trl", "table", "--runs-dir", "{ws}/runs"], 2, ["no finished TRL run under {ws}/runs"]),
     (["trl", "sweep", "--seeds", "0,x", "--dry-run"], 2, ["--seeds '0,x'", "'x' is not a seed"]),
     (["chapter", "run", "nope"], 2, ["'nope'"]),
+    (["chapter", "run", "phantom_advantage", "-o", "{ws}/a_file/c.ipynb"], 2, ["{ws}/a_file is not a folder"]),
 ]
 
 

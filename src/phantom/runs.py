@@ -71,6 +71,8 @@ def check_writable_dir(root: str | os.PathLike[str] | None = None, *, what: str 
     import tempfile
 
     p = runs_root(root)
+    if root is None:  # the folder came from the environment or the default, not from the flag
+        what = "$PHANTOM_RUNS" if os.environ.get("PHANTOM_RUNS") else "the runs folder (default ./runs)"
     probe = p
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent

@@ -147,6 +147,13 @@ def chapter_main(argv: Sequence[str] | None = None) -> int:
     if out.suffix != ".ipynb":
         print(f"phantom chapter: output {out} must end in .ipynb", file=sys.stderr)
         return 2
+    try:  # before the kernel runs: a file where its folder should be, or a folder nobody may write
+        from phantom.runs import check_writable_dir
+
+        check_writable_dir(out.parent, what="the output folder of -o")
+    except ValueError as exc:
+        print(f"phantom chapter: {exc}", file=sys.stderr)
+        return 2
     # `-p sweep FILE -p runs_root DIR` points a lab chapter at another sweep (the paper sweep on another warm
     # start): that sweep is the one run, into that folder (cells not finished there are trained there), and
     # the chapter reads it there
