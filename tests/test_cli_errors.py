@@ -326,3 +326,28 @@ def test_a_one_answer_group_is_a_singleton_only(ws):
     assert (e.groups, e.singletons, e.all_fail, e.all_pass, e.mixed, e.phantom) == (3, 1, 1, 0, 1, 1)
     fr = e.to_dict()["fractions"]
     assert fr["all_fail"] + fr["all_pass"] + fr["mixed"] + e.frac(e.singletons) == pytest.approx(1.0)
+
+
+def test_file_lock_excludes_another_process_and_leaves_no_file(tmp_path):
+    """phantom.runs.file_lock, the lock meant for the SFT build (sft.py still takes its own): Ctrl-C, or the end, leaves no
+    empty .lock file; a process waiting on the removed file locks the path again."""
+    from phantom.runs import file_lock
+
+    lock, log = tmp_path / ".x.lock", tmp_path / "log"
+    code = ("import sys, time; from phantom.runs import file_lock\n"
+            "open(sys.argv[2], 'a').write('waiting\\n')\n"
+            "with file_lock(sys.argv[1]):\n    open(sys.argv[2], 'a').write(f'locked {time.time()}\\n')\n")
+    with file_lock(lock):
+        assert lock.is_file()
+        child = subprocess.Popen([sys.executable, "-c", code, str(lock), str(log)], env=ENV)
+        deadline = time.monotonic() + 300
+        while not log.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # the child asks for the lock now
+        assert log.read_text() == "waiting\n"
+        released = time.time()
+    assert child.wait(timeout=60) == 0
+    assert float(log.read_text().split()[-1]) >= released and not lock.exists()
+    with pytest.raises(KeyboardInterrupt), file_lock(lock):
+        raise KeyboardInterrupt
+    assert not lock.exists()
