@@ -90,10 +90,15 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--slack", type=T.fraction, default=None, help="share of removable prose, 0..1 (worked/graded)")
     _model_flag(t, "SFT profile whose task gives the defaults")
 
-    s = cli.add_command(sub, "sft", help="build (if missing) and print the SFT warm-start checkpoint",
-                        examples=["phantom lab sft", "phantom lab sft --model lab_graded --seed 1"], codes=codes)
+    s = cli.add_command(sub, "sft", help="train the SFT warm start from scratch (cached) and compare it with the shipped one",
+                        examples=["phantom lab sft", "phantom lab sft --model lab_graded --seed 1"], codes=codes,
+                        notes="Trains (or reuses a cached build of) a warm start from scratch, ignoring the copy shipped "
+                              "under data/warmstart/, and says whether the build is bit-identical to it. This is how to "
+                              "test the SFT itself; lab runs start from the shipped copy.")
     _model_flag(s, "SFT profile")
     s.add_argument("--seed", type=T.index, default=None, help="SFT seed: another checkpoint of the same profile")
+    s.add_argument("--ship", action="store_true",
+                   help="copy the build into data/warmstart/ and record its recipe (maintainers)")
 
     r = cli.add_command(sub, "run", help="run one arm in this process (a finished run of the same spec is reused)",
                         examples=["phantom lab run --arm none --seed 0",
@@ -277,12 +282,21 @@ def _dispatch(args: argparse.Namespace) -> int:
         which = args.model if args.seed is None else {"profile": args.model, "seed": args.seed}
         resolve_sft(which)
         sft_threads()  # a bad $PHANTOM_SFT_THREADS fails here, before the lock and the build folder
-        path = ensure_sft_model(which)
+        path = ensure_sft_model(which, rebuild=True)
         meta = json.loads((path / "lab_meta.json").read_text())
         print(path)
         print(json.dumps({k: meta.get(k) for k in ("params", "val_greedy_acc", "val_sampled_acc",
                                                    "val_greedy_len_chars", "steps_trained", "check_acc",
                                                    "train_seconds")}, indent=2))
+        from phantom.lab.warmstart import compare_with_shipped, ship_warm_start
+
+        if args.ship:
+            print(f"shipped: {ship_warm_start(path)}")
+        elif (cmp := compare_with_shipped(path)) is not None:
+            print(("bit-identical to the shipped warm start" if cmp["identical"] else
+                   "differs from the shipped warm start (another kind of CPU rounds differently; lab runs "
+                   "start from the shipped one)") + f": held-out greedy accuracy {cmp['built_val_greedy_acc']:.3f} "
+                  f"built here, {cmp['shipped_val_greedy_acc']:.3f} shipped")
         return 0
     if args.cmd == "run":
         return _run(args)
