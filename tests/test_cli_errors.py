@@ -23,7 +23,7 @@ from phantom import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 WATCH = ROOT / "tests" / "fixtures" / "watch" / "lab_none_s0.jsonl"
-HELDOUT = ROOT / "data" / "runs" / "lab_warmstart_heldout"
+HELDOUT = ROOT / "data" / "runs" / "lab_warmstarts_long_2e-3"  # a committed multi-warm-start sweep
 #: no re-execution under tcmalloc: one process per case, as the console script without the allocator
 ENV = {**os.environ, "PHANTOM_MALLOC": "system", "PYTHONUNBUFFERED": "1"}
 slow = pytest.mark.slow
@@ -117,7 +117,7 @@ SLOW = [
     (["lab", "summary", "paper", "--runs-dir", "{ws}/runs"], 2, ["no run of sweep 'paper'", "{ws}/runs"]),
     (["lab", "summary", "paper", "--runs-dir", str(HELDOUT)], 2, ["no run of sweep 'paper'"]),
     (["lab", "criteria", str(HELDOUT / "sweep.yaml"), "--runs-dir", str(HELDOUT), "--step", "100000"], 2,
-     ["--step 100000 is beyond the runs' last step (40)", "allowed: 1..40"]),
+     ["--step 100000 is beyond the runs' last step (100)", "allowed: 1..100"]),
     (["lab", "criteria", str(HELDOUT / "sweep.yaml"), "--runs-dir", "{ws}/runs"], 2, ["no finished run"]),
     (["data", "lab", "--out", "{ws}/a_file/sub"], 2, ["{ws}/a_file/sub", "Not a directory"]),
     (["trl", "table", "--runs-dir", "{ws}/runs"], 2, ["no finished TRL run under {ws}/runs"]),
