@@ -122,14 +122,16 @@ def test_crash_leaves_failed_and_is_rerun(lab_env, tmp_path, monkeypatch):
     assert list(read_metrics(run.path).index) == [0, 1, 2, 3]  # re-run from scratch, no stale lines
 
 
-def test_interrupt_leaves_failed(lab_env, tmp_path, monkeypatch):
+def test_interrupt_leaves_interrupted(lab_env, tmp_path, monkeypatch):
     def interrupt(self, step):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Trainer, "step", interrupt)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as caught:
         run_arm({**TINY, "arm": "none"}, name="k", root=tmp_path, progress=False)
-    assert RunDir(tmp_path / "k").status == "failed"
+    assert RunDir(tmp_path / "k").status == "interrupted"
+    assert caught.value.__notes__ == [f"run folder {tmp_path / 'k'} marked interrupted"]  # phantom.cli's one line
+    assert not RunDir(tmp_path / "k").check_startable(RunDir(tmp_path / "k").manifest()["spec"])  # re-run next time
 
 
 def test_killed_run_stays_running_and_is_rerun(lab_env, tmp_path):

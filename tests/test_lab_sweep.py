@@ -143,7 +143,7 @@ def test_launch_order_starts_the_expensive_cells_first():
 
 
 def test_cells_forked_from_the_zygote_log_exactly_what_plain_kernels_log(env, monkeypatch):
-    """The sweep's kernels are forked from a zygote with torch and the lab imported (phantom.zygote);
+    """The sweep's kernels are forked from a zygote with torch and the lab imported (phantom.proc.zygote);
     the run folders hold the same metrics, step for step, as with ordinary kernels."""
     import contextlib
 

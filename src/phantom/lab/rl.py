@@ -356,7 +356,7 @@ def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,
     ``threads``: torch threads (see :class:`Trainer`); the manifest records those asked for and used.
 
     The folder is marked ``running`` while training, ``done`` at the end, ``failed`` on any
-    exception or interrupt; a failed or stale folder is wiped and re-run next time.
+    exception, ``interrupted`` on Ctrl-C; such a folder, or a stale one, is wiped and re-run next time.
     """
     from tqdm.auto import tqdm
 
@@ -392,7 +392,7 @@ def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,
             if VAL_ACC in m:
                 bar.set_postfix(acc=f"{m[VAL_ACC]:.2f}", len=f"{m[VAL_LEN]:.0f}")
     except BaseException as e:
-        run.finish("failed", error=f"{type(e).__name__}: {e}")
+        run.abort(e)
         raise
     run.finish("done", wall_seconds=time.time() - t_start, summary=_summary(history))
     return run
