@@ -77,6 +77,13 @@ def test_runs_are_reproducible_and_reused(lab_env, tmp_path):
     assert again.path == a.path and a.metrics_path.stat().st_mtime_ns == before
 
 
+def test_a_reused_run_says_so(lab_env, tmp_path, capsys):
+    run_arm({**TINY, "arm": "none", "seed": 4}, name="r", root=tmp_path, progress=False)
+    capsys.readouterr()
+    run_arm({**TINY, "arm": "none", "seed": 4}, name="r", root=tmp_path, progress=True)
+    assert f"reusing the finished run {tmp_path / 'r'}" in capsys.readouterr().err
+
+
 def test_start_evaluation_cache_changes_nothing(lab_env, tmp_path, monkeypatch):
     """The step-0 evaluation is computed once per warm start and reused; a run that reads it logs
     exactly what a run that computed it logs (every value but timings), and the cache is keyed on

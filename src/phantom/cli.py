@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("phantom.verl.data:main", "build verl parquet: GSM8K, MATH, the lab task"),
     "chapter": ("phantom.book.build:chapter_main", "execute one book chapter with papermill (-p key value)"),
     "book": ("phantom.book.build:book_main", "execute the chapters and build the HTML book"),
-    "audit": ("phantom.audit:main", "check a verl/TRL config or launch script for phantom-prone settings"),
+    "audit": ("phantom.audit:main", "check a launch script or config (verl and its recipes, EasyR1, TRL, OpenRLHF, ms-swift, NeMo-RL, oat) for phantom-prone settings"),
     "exposure": ("phantom.audit.exposure:main", "all-fail / phantom fractions of a rollout dump"),
     "watch": ("phantom.audit.watch:main", "follow a metrics.jsonl and warn on the leading indicators"),
 }

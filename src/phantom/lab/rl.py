@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -365,6 +366,9 @@ def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,
     name = name or spec.run_name()
     existing = RunDir(runs_root(root) / name)
     if existing.check_startable(d):
+        if progress:  # a reader who asked for a run should not mistake a reused folder for a fresh one
+            print(f"phantom lab: reusing the finished run {existing.path} (same spec; delete the folder to run it "
+                  "again)", file=sys.stderr)
         return existing
     ckpt = ensure_sft_model(spec.sft, progress=progress)
     trainer = Trainer(spec, ckpt, threads=threads)
