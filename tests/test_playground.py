@@ -85,6 +85,14 @@ def test_the_presets_the_chapters_link_to(preset, check):
     assert check(res["groups"][0]), res["groups"][0]
 
 
+def test_the_preset_names_chapters_link_to_stay():
+    """Chapters link to playground.html#preset=NAME; renaming one would break a published link."""
+    assert {"allfail-score", "mixed-grpo", "allfail-outcome", "allfail-drgrpo", "batch"} <= set(pg.PRESETS)
+    assert pg.DEFAULT_PRESET == "allfail-score" and set(pg.PRESET_TITLES) == set(pg.PRESETS)
+    for fields in pg.PRESETS.values():
+        assert set(fields) == set(pg.FIELDS)
+
+
 def test_batch_fractions():
     res = pg.run({"preset": "batch"})
     b = res["batch"]
