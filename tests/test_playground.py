@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from urllib.parse import urlencode
@@ -91,6 +92,22 @@ def test_the_preset_names_chapters_link_to_stay():
     assert pg.DEFAULT_PRESET == "allfail-score" and set(pg.PRESET_TITLES) == set(pg.PRESETS)
     for fields in pg.PRESETS.values():
         assert set(fields) == set(pg.FIELDS)
+
+
+def test_every_link_into_the_playground_resolves():
+    """Links in the book's pages (`<a href="../playground.html#preset=NAME&lam=0.1">`, raw HTML, which
+    Sphinx does not check) name presets and fields the page knows, and the page computes them."""
+    root = SOURCE.parents[2]
+    link = re.compile(r"""href=["'](?:[./]*playground\.html)?#([^"']*preset=[^"']*)["']""")
+    found = {}
+    for page in sorted((root / "book").rglob("*.md")):
+        for fragment in link.findall(page.read_text()):
+            found[fragment] = page.relative_to(root)
+            given = pg.from_fragment(fragment)
+            assert set(given) <= {"preset", *pg.FIELDS}, (page, fragment)
+            res = pg.run(given)
+            assert res["ok"], (page, fragment, res)
+    assert {f"preset={name}" for name in pg.PRESETS} <= set(found), found  # the page links every preset
 
 
 def test_batch_fractions():
