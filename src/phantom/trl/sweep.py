@@ -1,8 +1,7 @@
 """The TRL sweep: the three arms x seeds, each a papermill execution of ``notebooks/trl_arm.py``.
 
-Profiles: ``full`` (the committed runs, ``data/runs/trl_cpu_lab``: the lab's earlier main setting, one
-update per step, 40 steps)
-and ``quick`` (a few steps on a small batch, what the tests run). ``model`` is the lab SFT profile
+Profiles: ``full`` (the committed runs, ``data/runs/trl_cpu_lab``: the lab's setting on the book's warm start,
+three seeds, 40 steps) and ``quick`` (a few steps on a small batch, what the tests run). ``model`` is the lab SFT profile
 (its task comes with it), so when the lab's default changes one command redoes the committed runs::
 
     rm -rf data/runs/trl_cpu_lab/trl-*
@@ -30,7 +29,7 @@ from phantom.trl.lab import ARMS, TrlArmSpec
 __all__ = ["PROFILES", "SweepFailed", "expand", "run_sweep", "notebook_path", "endpoints"]
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "full": {"seeds": [0, 1], "base": {}},
+    "full": {"seeds": [0, 1, 2], "base": {}},
     "quick": {"seeds": [0], "base": {"steps": 2, "prompts": 4, "rollouts": 4, "eval_n": 16, "eval_every": 1,
                                      "max_new": 48}},
 }
@@ -43,7 +42,7 @@ class SweepFailed(RuntimeError):
 
 def expand(profile: str = "full", *, model: str | None = None, arms: Sequence[str] | None = None,
            seeds: Sequence[int] | None = None) -> list[TrlArmSpec]:
-    """The cells of a profile, validated (``model``: lab SFT profile, default ``lab``; ``quick``: ``tiny``)."""
+    """The cells of a profile, validated (``model``: lab SFT profile, default ``lab_graded``; ``quick``: ``tiny``)."""
     if profile not in PROFILES:
         raise ValueError(f"profile={profile!r} is unknown; allowed: {', '.join(PROFILES)}")
     prof = PROFILES[profile]
@@ -51,7 +50,7 @@ def expand(profile: str = "full", *, model: str | None = None, arms: Sequence[st
     bad = [a for a in arms if a not in ARMS]
     if bad:
         raise ValueError(f"arms {bad} are unknown; allowed: {', '.join(ARMS)}")
-    model = model or ("lab" if profile == "full" else "tiny")
+    model = model or ("lab_graded" if profile == "full" else "tiny")
     return [TrlArmSpec(**{**prof["base"], "arm": a, "seed": int(s), "model": model, "profile": profile})
             for s in (seeds if seeds is not None else prof["seeds"]) for a in arms]
 
@@ -139,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     sw = sub.add_parser("sweep", help="run the three arms x seeds (notebooks/trl_arm.py via papermill)")
     sw.add_argument("--profile", default="full", choices=list(PROFILES))
-    sw.add_argument("--model", default=None, help="lab SFT profile (default: lab for full, tiny for quick)")
+    sw.add_argument("--model", default=None, help="lab SFT profile (default: lab_graded for full, tiny for quick)")
     sw.add_argument("--arms", default=None, help=f"comma list of {', '.join(ARMS)}")
     sw.add_argument("--seeds", default=None, help="comma list of seeds (default: the profile's)")
     sw.add_argument("--runs-dir", default=None)

@@ -165,13 +165,11 @@ def _auto(value: Any) -> bool:
     return value is None or value == "auto"
 
 
-def resolve(spec: Any, hw: Hardware) -> Any:
-    """The concrete GPU settings for ``spec`` on ``hw`` as a :class:`phantom.verl.plan.Plan` (``why``: one line each).
+def resolve(spec: Any, hw: Hardware) -> dict[str, Any]:
+    """The concrete GPU settings for ``spec`` on ``hw``, and one line per decision (``why``).
 
-    Called once per launch (:func:`phantom.verl.plan.make_plan`); the command and the doctor read the plan.
+    Called once per launch, by :func:`phantom.verl.plan.make_plan`; the command and the doctor read that plan.
     """
-    from phantom.verl.plan import Plan
-
     attn, rmpad, attn_why = attention(spec.attention, hw)
     row, row_why = memory_row(hw.min_memory, model_params(spec.model))
     micro = row.micro if _auto(spec.micro_batch_size) else spec.micro_batch_size
@@ -181,11 +179,13 @@ def resolve(spec: Any, hw: Hardware) -> Any:
                 spec.logprob_micro_batch_size), ("gpu_memory_utilization", spec.gpu_memory_utilization)) if _auto(v)]
     mem_why = (f"memory row {row.label} ({row_why}) for {', '.join(from_row)}" if from_row
                else "micro-batches and gpu_memory_utilization set by the spec")
-    return Plan("gpu", attn, rmpad, int(micro), int(lp), float(util), row, hw, (f"attention: {attn_why}", mem_why))
+    return {"attn": attn, "remove_padding": rmpad, "micro": int(micro), "logprob_micro": int(lp),
+            "gpu_memory_utilization": float(util), "row": row, "why": [f"attention: {attn_why}", mem_why]}
 
 
 def gpu_overrides(spec: Any, plan: Any) -> list[str]:
-    """The backend block of a GPU run from its plan: vLLM rollout, attention, micro-batches, memory, LoRA sync."""
+    """The backend block of a GPU run from its :class:`phantom.verl.plan.Plan`: vLLM rollout, attention,
+    micro-batches, memory, LoRA sync."""
     a, r, m = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.model"
     o = [f"{m}.use_remove_padding={plan.remove_padding}",
          f"+{m}.override_config.attn_implementation={plan.attn}",

@@ -219,8 +219,11 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLike[str] | None = None,
-           timeout: float | None = None, progress: bool = True, echo: bool = False) -> RunDir:
+           timeout: float | None = None, progress: bool = True, echo: bool = False,
+           manifest: dict[str, Any] | None = None) -> RunDir:
     """Run ``spec`` to completion (or reuse its finished folder); returns the run folder.
+
+    ``manifest``: more manifest fields (a sweep records its name and cell), not part of the spec.
 
     Raises ``ValueError`` / ``FileNotFoundError`` / ``RunInUse`` / ``RunConflict`` / ``RuntimeError``
     before anything is written; a run that starts but fails is marked ``failed`` and raises ``RuntimeError``.
@@ -251,7 +254,7 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
     run = RunDir.start(name, spec_dict, kind="verl", root=runs_dir,
                        extra={"overrides": overrides, "command": argv, "backend": spec.backend, "preset": spec.preset,
                               "preflight": versions, "compose_notes": notes + warnings,
-                              "filter_groups": filter_groups, **plan.manifest()})
+                              "filter_groups": filter_groups, **plan.manifest(), **(manifest or {})})
     cwd = cwd if spec.trainer == "recipe_dapo" else run.path
     with run.stdout_path.open("w") as log:
         try:  # its own session, so that _stop can end verl and every Ray process it started
@@ -347,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("doctor", help="check this machine for a run (one table; each failed line says the fix)",
                    add_help=False)
     sub.add_parser("smoke", help="the first GPU run: gpu_smoke for all three arms, with checks", add_help=False)
+    sub.add_parser("sweep", help="verl's filter and the project's gates, arms x seeds on the CPU lab", add_help=False)
     for cmd in ("run", "overrides"):
         p = sub.add_parser(cmd, help="launch a run" if cmd == "run" else "print the overrides a run would use")
         p.add_argument("--preset", default="cpu_tiny")
@@ -361,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--gpu-memory", type=gib, default=None, metavar="GIB",
                            help="GPU memory to pick the memory row for (default: this machine's GPU)")
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] in (["doctor"], ["smoke"]):  # their own parsers (full --help)
+    if argv[:1] in (["doctor"], ["smoke"], ["sweep"]):  # their own parsers (full --help)
         from importlib import import_module
 
         return int(import_module(f"phantom.verl.{argv[0]}").main(argv[1:]))

@@ -12,6 +12,7 @@ makes those choices once per launch, from one probe of the machine. The launcher
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ class Plan:
     row: Any = None  # the phantom.verl.gpu.MemoryRow the GPU choices came from
     hw: Any = None  # the phantom.verl.gpu.Hardware they were made for (GPU backend only)
     why: tuple[str, ...] = ()
+    ray_address: str | None = None  # CPU backend: a running head to join ($RAY_ADDRESS, phantom.verl.cluster)
 
     def manifest(self) -> dict[str, Any]:
         """What a run folder records: the choices, the reasons and (GPU) the machine."""
@@ -39,7 +41,8 @@ class Plan:
                 "plan": {"backend": self.backend, "attn": self.attn, "remove_padding": self.remove_padding,
                          "micro": self.micro, "logprob_micro": self.logprob_micro,
                          "gpu_memory_utilization": self.gpu_memory_utilization,
-                         "memory_row": getattr(self.row, "label", None)}}
+                         "memory_row": getattr(self.row, "label", None),
+                         "ray": self.ray_address or "a local cluster of its own"}}
 
 
 def _auto(value: Any) -> bool:
@@ -47,14 +50,18 @@ def _auto(value: Any) -> bool:
 
 
 def cpu_plan(spec: Any) -> Plan:
-    """The CPU backend: sdpa without remove-padding; micro-batches default to the whole batch (one pass)."""
+    """The CPU backend: sdpa without remove-padding; micro-batches default to the whole batch (one pass);
+    a Ray head named by ``$RAY_ADDRESS`` (a sweep's, :mod:`phantom.verl.cluster`) is joined, else verl starts one."""
     whole = spec.train_batch_size * spec.rollout_n
     micro = whole if _auto(spec.micro_batch_size) else int(spec.micro_batch_size)
     lp = whole if _auto(spec.logprob_micro_batch_size) else int(spec.logprob_micro_batch_size)
-    return Plan("cpu", "sdpa", False, micro, lp,
+    address = None if spec.ray_address else (os.environ.get("RAY_ADDRESS") or None)
+    return Plan("cpu", "sdpa", False, micro, lp, ray_address=address,
                 why=("attention: sdpa without remove-padding (the CPU backend: the rmpad path wants flash-attn)",
                      f"micro-batches {micro} / {lp}: " + ("the whole batch in one pass (CPU memory is not the limit)"
-                                                           if _auto(spec.micro_batch_size) else "set by the spec")))
+                                                           if _auto(spec.micro_batch_size) else "set by the spec"),
+                     f"Ray: the running head at {address} ($RAY_ADDRESS)" if address
+                     else "Ray: a local cluster started by verl for this run"))
 
 
 def make_plan(spec: Any, hw: Any = None) -> Plan:
@@ -67,4 +74,7 @@ def make_plan(spec: Any, hw: Any = None) -> Plan:
         return cpu_plan(spec)
     from phantom.verl import gpu
 
-    return gpu.resolve(spec, hw if hw is not None else gpu.probe())
+    hw = hw if hw is not None else gpu.probe()
+    g = gpu.resolve(spec, hw)
+    return Plan("gpu", g["attn"], g["remove_padding"], g["micro"], g["logprob_micro"], g["gpu_memory_utilization"],
+                g["row"], hw, tuple(g["why"]))

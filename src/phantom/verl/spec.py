@@ -368,11 +368,13 @@ def _cpu_overrides(spec: VerlSpec, run: Path, plan: Any) -> list[str]:
         # fp32 training (verl's default is bf16 mixed precision): faster on CPU, and the actor then
         # recomputes the rollout server's fp32 log-probs to float rounding (rollout_probs_diff ~1e-7).
         "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
-        # Each FSDP rank's bundle asks for 3 CPUs + 1 logical GPU: declare enough of both.
-        f"ray_kwargs.ray_init.num_cpus={max(8, 3 * ranks + 4)}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.PHANTOM_ROLLOUT_LOG={run / 'rollout.jsonl'}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.PHANTOM_SYNC_LOG={run / 'sync.jsonl'}",
     ]
+    if plan.ray_address:  # a sweep's running head: Ray refuses num_cpus/num_gpus when joining a cluster
+        o.append(f"+ray_kwargs.ray_init.address={plan.ray_address}")
+    else:  # each FSDP rank's bundle asks for 3 CPUs + 1 logical GPU: declare enough of both
+        o += [f"ray_kwargs.ray_init.num_cpus={max(8, 3 * ranks + 4)}", f"+ray_kwargs.ray_init.num_gpus={ranks}"]
     if spec.kl_loss_coef > 0:
         o.append(f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={lp_micro}")
     if spec.lora_rank > 0:
