@@ -65,8 +65,11 @@ class CpuSampler(threading.Thread):
             for r in self.roots:
                 with contextlib.suppress(psutil.Error):
                     procs += psutil.Process(r).children(recursive=True)
-            if self.mark:
-                procs += [p for p in psutil.process_iter(["cmdline"]) if self.mark in " ".join(p.info["cmdline"] or [])]
+            if self.mark:  # the head's processes and everything its raylet started (the run's workers)
+                for p in psutil.process_iter(["cmdline"]):
+                    if self.mark in " ".join(p.info["cmdline"] or []):
+                        with contextlib.suppress(psutil.Error):
+                            procs += [p, *p.children(recursive=True)]
             for p in procs:
                 try:
                     c = p.cpu_times()
@@ -97,21 +100,30 @@ def verl_arm(steps: int, runs_dir: Path, own_ray: bool) -> dict:
     sampler = CpuSampler([os.getpid()])
     sampler.start()
     try:
-        if not own_ray:
+        if own_ray:
+            for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"):
+                os.environ.pop(k, None)
+        elif os.environ.get("RAY_ADDRESS"):  # a head started before (a sweep's): joined as is, its start not timed
+            head_s = float("nan")
+            if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+                sampler.mark = str(Path(os.environ["RAY_AUTH_TOKEN_PATH"]).parent)
+        else:
             t0 = time.time()
             head = RayHead(run_env(spec, runs_dir))
-            os.environ["RAY_ADDRESS"] = head.start()
+            head.start()
+            os.environ.update(head.run_env())
             head_s = time.time() - t0
             sampler.mark = str(head.temp_dir)
         t0 = time.time()
         run = launch(spec, f"bench-verl-{'own' if own_ray else 'shared'}-ray", runs_dir=runs_dir, progress=True)
         wall = time.time() - t0
     finally:
-        os.environ.pop("RAY_ADDRESS", None)
         sampler.done.set()
         sampler.join()
         if head is not None:
             head.stop()
+            for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"):
+                os.environ.pop(k, None)
     df = read_metrics(run.path)
     started = run.manifest()["started"]
     first_adv = json.loads((run.path / "gate.jsonl").read_text().splitlines()[0])["time"]

@@ -53,12 +53,13 @@ def cpu_plan(spec: Any) -> Plan:
     """The CPU backend: sdpa without remove-padding; micro-batches default to the whole batch (one pass);
     a Ray head named by ``$RAY_ADDRESS`` (a sweep's, :mod:`phantom.verl.cluster`) is joined, else verl starts one."""
     whole = spec.train_batch_size * spec.rollout_n
-    micro = whole if _auto(spec.micro_batch_size) else int(spec.micro_batch_size)
+    mini = (spec.mini_batch_size or spec.train_batch_size) * spec.rollout_n  # the actor's update unit
+    micro = mini if _auto(spec.micro_batch_size) else int(spec.micro_batch_size)
     lp = whole if _auto(spec.logprob_micro_batch_size) else int(spec.logprob_micro_batch_size)
     address = None if spec.ray_address else (os.environ.get("RAY_ADDRESS") or None)
     return Plan("cpu", "sdpa", False, micro, lp, ray_address=address,
                 why=("attention: sdpa without remove-padding (the CPU backend: the rmpad path wants flash-attn)",
-                     f"micro-batches {micro} / {lp}: " + ("the whole batch in one pass (CPU memory is not the limit)"
+                     f"micro-batches {micro} / {lp}: " + ("a whole mini-batch / the whole batch in one pass (CPU memory is not the limit)"
                                                            if _auto(spec.micro_batch_size) else "set by the spec"),
                      f"Ray: the running head at {address} ($RAY_ADDRESS)" if address
                      else "Ray: a local cluster started by verl for this run"))

@@ -121,11 +121,14 @@ def run_sweep(profile: str = "full", *, only: list[str] | None = None, seeds: li
     head = None
     failures = []
     try:
-        if shared_ray:
+        if shared_ray and not env.get("RAY_ADDRESS"):  # a head the caller started ($RAY_ADDRESS) is joined as is
             from phantom.verl.cluster import RayHead
 
             head = RayHead(run_env(first, root), echo=progress)
-            env["RAY_ADDRESS"] = head.start()
+            head.start()
+            env.update(head.run_env())
+        elif not shared_ray:
+            env.pop("RAY_ADDRESS", None)
         for cell in tqdm(todo, desc=f"verl sweep {profile}", unit="run", disable=not progress):
             params = work / f"{cell['name']}.params.yaml"
             params.write_text(yaml.safe_dump(_notebook_params(cell, root, profile)))
