@@ -207,3 +207,38 @@ def test_lab_decoder_samples_the_transformers_model(tmp_path):
         assert torch.allclose(torch.tensor(s["log_probs"]), ref, atol=1e-5)
     assert not dec.supports(Request([5], max_tokens=4, temperature=0.7))  # other temperatures: transformers' path
     assert not dec.supports(Request([5], max_tokens=4, temperature=1.0, top_k=20))
+
+
+@pytest.mark.parametrize("dapo_metric", [None, "default", "acc"])
+def test_fast_poll_sampler_is_verls_own_buffer(dapo_metric, tmp_path):
+    """trainer.v1.sampler.custom_sampler -> verl's ReplayBuffer built by verl's own _build_replay_buffer, the
+    same in every attribute but poll_interval (the filter's metric, refill and generation unit are verl's)."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from phantom.verl.cpu.sampler import POLL_S
+    from phantom.verl.spec import compose, make_spec, to_overrides
+
+    fields = {"dapo": True, "dapo_metric": dapo_metric} if dapo_metric else {}
+    spec = make_spec("cpu_tiny", check_inputs=False, arm="none", **fields)
+    o = to_overrides(spec, tmp_path / "r", "r")
+    assert "trainer.v1.sampler.custom_sampler.name=fast_poll_replay_buffer" in o
+
+    class Trainer:  # the three members _build_replay_buffer reads, taken from verl's own PPOTrainer
+        _build_replay_buffer = PPOTrainer._build_replay_buffer
+        _resolve_filter_groups_metric = PPOTrainer._resolve_filter_groups_metric
+
+        def __init__(self, cfg):
+            self.config, self.trainer_mode = cfg, "sync"
+
+        def _add_prompts_to_generate(self, n):
+            return n
+
+    ours = Trainer(compose(o))._build_replay_buffer()
+    verls = Trainer(compose([x for x in o if ".custom_sampler." not in x]))._build_replay_buffer()
+    assert type(ours) is type(verls) is ReplayBuffer
+    a, b = dict(vars(ours)), dict(vars(verls))
+    assert (a.pop("poll_interval"), b.pop("poll_interval")) == (POLL_S, 2.0)
+    a.pop("refill_fn"), b.pop("refill_fn")
+    assert a.keys() == b.keys() and all(repr(a[k]) == repr(b[k]) for k in a)
+    assert a["filter_groups_metric"] == ({"default": "reward", "acc": "acc"}[dapo_metric] if dapo_metric else None)

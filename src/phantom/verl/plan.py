@@ -33,6 +33,7 @@ class Plan:
     hw: Any = None  # the phantom.verl.gpu.Hardware they were made for (GPU backend only)
     why: tuple[str, ...] = ()
     ray_address: str | None = None  # CPU backend: a running head to join ($RAY_ADDRESS, phantom.verl.cluster)
+    poll_s: float | None = None  # CPU backend, V1 trainer: the replay buffer's poll (phantom.verl.cpu.sampler)
 
     def manifest(self) -> dict[str, Any]:
         """What a run folder records: the choices, the reasons and (GPU) the machine."""
@@ -42,7 +43,8 @@ class Plan:
                          "micro": self.micro, "logprob_micro": self.logprob_micro,
                          "gpu_memory_utilization": self.gpu_memory_utilization,
                          "memory_row": getattr(self.row, "label", None),
-                         "ray": self.ray_address or "a local cluster of its own"}}
+                         "ray": self.ray_address or "a local cluster of its own",
+                         "replay_buffer_poll_s": self.poll_s}}
 
 
 def _auto(value: Any) -> bool:
@@ -57,12 +59,19 @@ def cpu_plan(spec: Any) -> Plan:
     micro = mini if _auto(spec.micro_batch_size) else int(spec.micro_batch_size)
     lp = whole if _auto(spec.logprob_micro_batch_size) else int(spec.logprob_micro_batch_size)
     address = None if spec.ray_address else (os.environ.get("RAY_ADDRESS") or None)
-    return Plan("cpu", "sdpa", False, micro, lp, ray_address=address,
+    # verl's V1 replay buffer polls for finished rollouts every 2 s; a CPU step generates in 1-3 s
+    fast = spec.trainer == "v1" and os.environ.get("PHANTOM_VERL_POLL", "fast").strip().lower() != "verl"
+    poll = None
+    if fast:
+        from phantom.verl.cpu.sampler import POLL_S as poll
+    return Plan("cpu", "sdpa", False, micro, lp, ray_address=address, poll_s=poll,
                 why=("attention: sdpa without remove-padding (the CPU backend: the rmpad path wants flash-attn)",
                      f"micro-batches {micro} / {lp}: " + ("a whole mini-batch / the whole batch in one pass (CPU memory is not the limit)"
                                                            if _auto(spec.micro_batch_size) else "set by the spec"),
                      f"Ray: the running head at {address} ($RAY_ADDRESS)" if address
-                     else "Ray: a local cluster started by verl for this run"))
+                     else "Ray: a local cluster started by verl for this run",
+                     f"replay buffer: verl's own, polling every {poll} s (was 2 s)" if poll
+                     else "replay buffer: verl's default"))
 
 
 def make_plan(spec: Any, hw: Any = None) -> Plan:

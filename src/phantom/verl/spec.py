@@ -371,6 +371,10 @@ def _cpu_overrides(spec: VerlSpec, run: Path, plan: Any) -> list[str]:
         f"+ray_kwargs.ray_init.runtime_env.env_vars.PHANTOM_ROLLOUT_LOG={run / 'rollout.jsonl'}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.PHANTOM_SYNC_LOG={run / 'sync.jsonl'}",
     ]
+    if plan.poll_s:  # verl's own replay buffer, polling faster (phantom.verl.cpu.sampler)
+        from phantom.verl.cpu.sampler import NAME, PATH
+
+        o += [f"trainer.v1.sampler.custom_sampler.path={PATH}", f"trainer.v1.sampler.custom_sampler.name={NAME}"]
     if plan.ray_address:  # a sweep's running head: Ray refuses num_cpus/num_gpus when joining a cluster
         o.append(f"+ray_kwargs.ray_init.address={plan.ray_address}")
     else:  # each FSDP rank's bundle asks for 3 CPUs + 1 logical GPU: declare enough of both
