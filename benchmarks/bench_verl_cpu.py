@@ -51,11 +51,14 @@ def _kind(cmd: str) -> str:
 
 
 class CpuSampler(threading.Thread):
-    """CPU seconds of every process under ``roots`` (and anything naming ``mark``), by kind, until stopped."""
+    """CPU seconds used while sampling by every process under ``roots`` (and anything naming ``mark`` with
+    its children), by kind, until stopped."""
 
     def __init__(self, roots: list[int], mark: str | None = None):
         super().__init__(daemon=True)
         self.roots, self.mark, self.seen, self.done = roots, mark, {}, threading.Event()
+        self.base: dict[int, float] = {}  # CPU seconds a process had used before the sampler started
+        self.t0 = time.time()
 
     def run(self) -> None:
         import psutil
@@ -73,10 +76,14 @@ class CpuSampler(threading.Thread):
             for p in procs:
                 try:
                     c = p.cpu_times()
+                    cmd = " ".join(p.cmdline())
                     kind = self.seen.get(p.pid, ("other",))[0]
-                    if kind in ("other", "ray::IDLE"):
-                        kind = _kind(" ".join(p.cmdline()))
-                    self.seen[p.pid] = (kind, c.user + c.system)
+                    # a worker starts as default_worker.py, idles as ray::IDLE, then takes its actor's name
+                    if cmd.startswith("ray::") and not cmd.startswith("ray::IDLE") or kind == "other":
+                        kind = _kind(cmd) if "default_worker.py" not in cmd else "Ray worker (starting)"
+                    if p.pid not in self.base:
+                        self.base[p.pid] = c.user + c.system if p.create_time() < self.t0 else 0.0
+                    self.seen[p.pid] = (kind, c.user + c.system - self.base[p.pid])
                 except psutil.Error:
                     pass
             self.done.wait(1.0)

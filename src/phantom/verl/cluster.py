@@ -50,6 +50,10 @@ def head_env(env: dict[str, str]) -> dict[str, str]:
     """The head's environment: a run's (the CPU backend's plugin and platform variables) minus its file paths."""
     out = {k: v for k, v in env.items() if k not in _PER_RUN}
     out.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Idle workers prestarted for the head's own environment are never used: every run brings its own
+    # runtime_env (log paths), so they only import Ray's worker code (~13 CPU-s each on this machine).
+    out.setdefault("RAY_enable_worker_prestart", "0")
+    out.setdefault("RAY_prestart_worker_first_driver", "0")
     return out
 
 

@@ -66,6 +66,34 @@ def command(spec: VerlSpec, overrides: list[str], run: Path) -> tuple[list[str],
     return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, *hydra], run
 
 
+#: A sweep points this at a file in its work folder: the probe then runs once per sweep, not once per cell.
+PREFLIGHT_CACHE_ENV = "PHANTOM_VERL_PREFLIGHT_CACHE"
+_PROBE_ENV = ("VERL_USE_EXTERNAL_MODULES", "VERL_USE_EXTERNAL_PLUGINS", "VERL_PLATFORM", "PYTHONPATH",
+              "VERL_ENGINE_DEVICE", "CUDA_VISIBLE_DEVICES")
+
+
+def _probe(env: dict[str, str]) -> tuple[Any, dict[str, Any] | None]:
+    """``plugin_check`` in a fresh interpreter, or its result for the same interpreter and plugin environment
+    from ``$PHANTOM_VERL_PREFLIGHT_CACHE`` (a sweep: every cell has the same)."""
+    import hashlib
+
+    from phantom.verl.doctor import plugin_check
+
+    cache = os.environ.get(PREFLIGHT_CACHE_ENV)
+    key = hashlib.sha256(json.dumps([sys.executable, *(env.get(k) for k in _PROBE_ENV)]).encode()).hexdigest()
+    if cache and Path(cache).is_file():
+        try:
+            rec = json.loads(Path(cache).read_text())
+            if rec.get("key") == key:
+                return None, rec["info"]
+        except (OSError, ValueError, KeyError):
+            pass
+    check, info = plugin_check(env)
+    if cache and info is not None and len(info.get("estimators", [])) >= 3:
+        Path(cache).write_text(json.dumps({"key": key, "info": info}))
+    return check, info
+
+
 def preflight(spec: VerlSpec, env: dict[str, str]) -> dict[str, Any]:
     """In a fresh interpreter with the run's environment: ``import verl`` must register the estimators.
 
@@ -73,9 +101,7 @@ def preflight(spec: VerlSpec, env: dict[str, str]) -> dict[str, Any]:
     install would surface only as "unknown advantage estimator" deep inside a Ray actor.
     (``phantom.verl.doctor.plugin_check``; the doctor runs the same probe.)
     """
-    from phantom.verl.doctor import plugin_check
-
-    check, info = plugin_check(env)
+    check, info = _probe(env)
     if info is None:
         raise RuntimeError(f"`import verl` failed in the run's environment: {check.found}")
     if spec.estimator_name not in info["estimators"]:

@@ -117,7 +117,8 @@ def run_sweep(profile: str = "full", *, only: list[str] | None = None, seeds: li
     first = make_spec(todo[0]["preset"], **todo[0]["fields"])  # builds the warm start and data once, before Ray
     work = root / _NB_DIR
     nb_in = lab_sweep.materialize_notebook(work, "verl_arm", "PHANTOM_VERL_NOTEBOOK")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PHANTOM_RUNS": str(root)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PHANTOM_RUNS": str(root),
+           "PHANTOM_VERL_PREFLIGHT_CACHE": str(work / f"preflight.{os.getpid()}.json")}
     head = None
     failures = []
     try:
@@ -150,6 +151,7 @@ def run_sweep(profile: str = "full", *, only: list[str] | None = None, seeds: li
                 log.unlink(missing_ok=True)
     finally:
         nb_in.unlink(missing_ok=True)
+        Path(env["PHANTOM_VERL_PREFLIGHT_CACHE"]).unlink(missing_ok=True)
         if head is not None:
             head.stop()
     if failures:
