@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CELLS", "PROFILES", "Cell", "cells", "run_sweep", "slim", "KEEP", "main"]
+__all__ = ["CELLS", "LABELS", "PROFILES", "Cell", "cells", "cell_of", "endpoints", "run_sweep", "slim", "KEEP", "main"]
 
 #: cell -> spec fields on top of the profile's preset
 CELLS: dict[str, dict[str, Any]] = {
@@ -37,6 +37,12 @@ CELLS: dict[str, dict[str, Any]] = {
     "d": {"arm": "none", "estimator": "drgrpo", "dapo": True, "dapo_metric": "default"},
     "outcome": {"arm": "outcome"},
     "drgrpo": {"arm": "none", "estimator": "drgrpo"},
+}
+#: what each cell is, in the book's words
+LABELS: dict[str, str] = {
+    "a": "no filter", "b": "filter, verl's default metric (reward)", "c": "filter, metric=acc",
+    "d": "Dr. GRPO, filter with verl's default metric", "outcome": "outcome gate, no filter",
+    "drgrpo": "Dr. GRPO, no filter",
 }
 PROFILES: dict[str, dict[str, Any]] = {
     "full": {"preset": "cpu_lab", "seeds": [0, 1, 2], "set": {}},
@@ -72,6 +78,61 @@ def cells(profile: str = "full", *, only: list[str] | None = None, seeds: list[i
             make_spec(prof["preset"], check_inputs=False, **fields)  # every field checked, nothing built
             out.append(Cell(name=f"verl-{c}-s{seed}", cell=c, seed=seed, preset=prof["preset"], fields=fields))
     return out
+
+
+def cell_of(spec: dict[str, Any]) -> str | None:
+    """The cell a run's spec belongs to (its manifest ``spec``), or None for anything else."""
+    filt = spec.get("dapo_metric") if spec.get("dapo") else None
+    key = (spec.get("arm"), spec.get("estimator", "grpo"), filt)
+    for name, f in CELLS.items():
+        want = (f["arm"], f.get("estimator", "grpo"), f.get("dapo_metric") if f.get("dapo") else None)
+        if key == want:
+            return name
+    return None
+
+
+def endpoints(root: str | os.PathLike[str], collapse_acc: float = 0.05, early_steps: int = 10) -> Any:
+    """One row per finished verl run under ``root`` that belongs to a cell: held-out accuracy and length at
+    the first and last validation, the first validation below ``collapse_acc``, the filter's refill
+    telemetry, and the trained groups' all-fail and phantom shares over steps 1..``early_steps``."""
+    import pandas as pd
+
+    from phantom.runs import iter_runs
+    from phantom.verl.launch import read_run_metrics
+
+    rows = []
+    for run in iter_runs(root):
+        m = run.manifest()
+        cell = cell_of(m.get("spec", {})) if m.get("kind") == "verl" else None
+        if cell is None:
+            continue
+        df = read_run_metrics(run.path)
+        acc_key = next(c for c in df.columns if c.startswith("val-core/") and c.endswith("/acc/mean@1"))
+        acc, length = df[acc_key].dropna(), df[acc_key.replace("val-core/", "val-aux/").replace("/acc/", "/len_chars/")].dropna()
+        train = df.loc[1:]
+        below = acc[acc < collapse_acc]
+
+        def mean(key: str, frame: Any = train, default: float = float("nan")) -> float:
+            return float(frame[key].fillna(0).mean()) if key in frame else default
+
+        early = train.loc[:early_steps]
+        b = int(m["spec"]["train_batch_size"])
+        rows.append({
+            "name": run.name, "cell": cell, "seed": m["spec"]["seed"], "label": LABELS[cell],
+            "acc0": float(acc.iloc[0]), "acc_end": float(acc.iloc[-1]), "acc_min": float(acc.min()),
+            "collapse": int(below.index[0]) if len(below) else None,
+            "len0": float(length.iloc[0]), "len_end": float(length.iloc[-1]),
+            "tok0": float(train["response_length/mean"].iloc[0]), "tok_end": float(train["response_length/mean"].iloc[-1]),
+            "filter": (m.get("filter_groups") or {}).get("metric") if (m.get("filter_groups") or {}).get("enable") else None,
+            "refill_frac": mean("phantom/refilled") if m["spec"].get("dapo") else 0.0,
+            "evicted": float(train.get("training/filter_groups/evicted_samples", pd.Series(dtype=float)).fillna(0).sum()),
+            "prompts_per_trained": (mean("phantom/prompts_generated") / b) if m["spec"].get("dapo") else 1.0,
+            "all_fail_early": mean("phantom/frac/all_fail", early), "phantom_early": mean("phantom/frac/phantom", early),
+            "steps": int(train.index.max()), "minutes": (m["finished"] - m["started"]) / 60,
+        })
+    order = list(CELLS)
+    return pd.DataFrame(rows).sort_values(["cell", "seed"], key=lambda c: c.map(order.index) if c.name == "cell" else c,
+                                          ignore_index=True) if rows else pd.DataFrame()
 
 
 def slim(run: Path) -> list[str]:
