@@ -8,7 +8,11 @@ a shared machine the wall time mostly measures waiting for a core. Inputs (gener
 
 * a 9 kB array-style verl launch script (the size of verl's largest example scripts),
 * a launch script and a YAML config just under the audit's size limit (512 KiB),
-* a 50 MB file (refused with exit 2 before it is read).
+* a 50 MB file (refused with exit 2 before it is read),
+* a 100-file batch in one process, as pre-commit runs the hook on a repository's launch scripts and
+  configs (``--skip-non-trainer``): 20 named fixtures of tests/fixtures/audit/shapes/ (verl scripts
+  of every shape, YAML, TRL YAML/JSON/Python) copied five times each. Its baseline reads the same
+  100 files once in one fresh process.
 
 usage: python benchmarks/bench_audit.py [--repeats 5]
 """
@@ -28,7 +32,14 @@ from pathlib import Path
 from phantom.audit.text import MAX_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "fixtures" / "audit" / "shapes" / "arrays_gsm8k_clean.sh"
+SHAPES = ROOT / "tests" / "fixtures" / "audit" / "shapes"
+FIXTURE = SHAPES / "arrays_gsm8k_clean.sh"
+#: the batch's files: fixed by name, so that fixtures added later do not change what is timed
+BATCH = ("arrays_gsm8k_clean.sh", "arrays_geo3k.sh", "arrays_append_filter_score.sh", "dict_override.sh",
+         "ray_multiline_runtime_env.sh", "heredoc_config.sh", "if_branch_metric.sh", "two_commands.sh",
+         "sweep_loop.sh", "function_arms.sh", "torchrun_legacy_reward.sh", "recipe_legacy_overlong.sh",
+         "no_trainer.sh", "train_geo3k.slurm", "verl_merge_keys.yaml", "verl_grpo_vectorized.yaml",
+         "trl_openr1_recipe.yaml", "trl_normalize_then_sum.json", "trl_single_continuous.py", "trl_async.py")
 
 
 def _script(n_bytes: int) -> str:
@@ -83,14 +94,25 @@ def main(argv: list[str] | None = None) -> int:
         with huge.open("wb") as fh:
             fh.write(b"#!/bin/bash\n" + b"# padding\n" * (50 * 1024 * 1024 // 10))
         paths["50 MB file"] = huge
+        batch_dir = t / "batch"
+        batch_dir.mkdir()
+        batch = []
+        for copy in range(5):
+            for name in BATCH:
+                dst = batch_dir / f"c{copy}_{name}"
+                dst.write_bytes((SHAPES / name).read_bytes())
+                batch.append(str(dst))
         rows = []
-        for name, p in paths.items():
-            audit_cmd = [sys.executable, "-m", "phantom.cli", "audit", str(p)]
-            read_cmd = [sys.executable, "-c", f"open({str(p)!r}, 'rb').read()"]
+        for name, p in [*paths.items(), ("100-file batch, one process", batch_dir)]:
+            files = batch if p == batch_dir else [str(p)]
+            audit_cmd = [sys.executable, "-m", "phantom.cli", "audit", *files] + (
+                ["--skip-non-trainer"] if p == batch_dir else [])
+            read_cmd = [sys.executable, "-c", f"for f in {files!r}: open(f, 'rb').read()"]
             a = [_run(audit_cmd) for _ in range(args.repeats)]
             b = [_run(read_cmd) for _ in range(args.repeats)]
             med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
-            rows.append((name, p.stat().st_size, a[0][2], med(a, 0), med(a, 1), med(b, 0), med(b, 1)))
+            size = sum(Path(f).stat().st_size for f in files)
+            rows.append((name, size, a[0][2], med(a, 0), med(a, 1), med(b, 0), med(b, 1)))
     load = os.getloadavg()[0]
     print(f"phantom audit, median of {args.repeats} fresh processes (load average {load:.1f} on {os.cpu_count()} "
           "cores)\n")

@@ -53,7 +53,8 @@ def run(paths, **kw):
     ("verl_drgrpo.yaml", {}, 0),  # shaped, no filter, but no std normalization
     ("hydra_run/.hydra/overrides.yaml", {}, 0),  # phantom_grpo_outcome gate
     ("overrides_filter_acc.txt", {"PH002": "warning", "PH010": "warning"}, 1),  # custom fn, not probed
-    ("verl_legacy_keys.sh", {"PH040": "error"}, 1),
+    # legacy keys main_ppo ignores (PH040); as meant, the reward is a custom function the audit cannot see
+    ("verl_legacy_keys.sh", {"PH040": "error", "PH010": "warning", "PH050": "info"}, 1),
     ("trl_grpo_multi.yaml", {"PH020": "error", "PH021": "info"}, 1),
     ("trl_drgrpo.json", {"PH021": "info"}, 0),  # scale_rewards=none: only a note
     ("trl_train.py", {"PH020": "error", "PH021": "warning", "PH030": "info"}, 1),
@@ -323,7 +324,7 @@ def test_shell_expansion():
 
 def test_shell_reads_values_and_lines():
     doc = read_config(str(FIX / "verl_dapo_acc.sh"))
-    assert doc.entrypoint == "recipe"
+    assert doc.entrypoint == "recipe.dapo"
     assert doc.get("data.gen_batch_size") == 1536 and doc.get("data.train_batch_size") == 512
     assert doc.get("algorithm.filter_groups.enable") is True
     assert doc.get("actor_rollout_ref.actor.ppo_max_token_len_per_gpu") == 2048 + 20480
@@ -479,3 +480,28 @@ def test_a_fully_composed_verl_config(tmp_path):
     assert rules(rep) == {"PH001": "error", "PH010": "error"}
     f = next(f for f in rep.findings if f.rule == "PH001")
     assert text.splitlines()[f.line - 1].strip() == "metric: reward"
+
+
+def test_override_values_read_without_yaml_equal_yamls():
+    """parse_value reads plain words, ints and bools itself (PyYAML's loader was most of a batch's time); every
+    value must come out as YAML (with Hydra's float rule) reads it."""
+    import math
+
+    import yaml
+
+    from phantom.audit.overrides import _FLOAT, parse_value
+
+    def by_yaml(s):
+        try:
+            v = yaml.safe_load(s)
+        except yaml.YAMLError:
+            return s
+        return float(v) if isinstance(v, str) and _FLOAT.match(v) else v
+
+    words = ["grpo", "acc", "True", "false", "FALSE", "null", "~", "5", "-3", "+7", "0", "012", "1e-6", "1.0", ".5",
+             "Qwen/Qwen2.5-7B", "/data/x.parquet", "a.b.c", "yes", "No", "on", "off", "y", "n", ".inf", "inf", "x:y",
+             "a@b", "a+b", "ab-cd", "_x", "127.0.0.1", "v0.9", "[a,b]", "{a: 1}", "'q'", "hdfs://x/y", "fsdp2", "2e5",
+             "0x1F", "1_000", "-", "a b", ".nan"]
+    for w in words:
+        got, want = parse_value(w), by_yaml(w)
+        assert type(got) is type(want) and (got == want or (isinstance(got, float) and math.isnan(got))), w

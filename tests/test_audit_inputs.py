@@ -76,7 +76,13 @@ SUFFIXES = [".sh", ".yaml", ".json", ".py", ".txt", ".yml", ""]
 @given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=400),
        suffix=st.sampled_from(SUFFIXES),
        prefix=st.sampled_from(["", "python3 -m verl.trainer.main_ppo ", "algorithm:\n  ", "trl grpo --",
-                               "ARGS=(\n", "reward_funcs: [", "GRPOConfig(", "#!/bin/bash\nif [ x ]; then\n"]))
+                               "ARGS=(\n", "reward_funcs: [", "GRPOConfig(", "#!/bin/bash\nif [ x ]; then\n",
+                               "python3 -m verl.trainer.main config=", "swift rlhf --rlhf_type grpo --reward_funcs ",
+                               "python3 -m openrlhf.cli.train_ppo_ray --algo.advantage.estimator ",
+                               "python -m oat.experiment.run_math_rl --critic_type ",
+                               "python3 -m recipe.entropy.main_entropy reward_model.", "defaults: a.yaml\ngrpo:\n  ",
+                               "worker:\n  reward:\n    reward_function: ", "RLOOTrainer(reward_funcs=[",
+                               "def f(c):\n    return [len(x) for x in c]\nGRPOTrainer(reward_funcs=[f, "]))
 def test_no_input_makes_the_audit_raise(tmp_path_factory, text, suffix, prefix):
     p = tmp_path_factory.mktemp("fuzz") / f"input{suffix}"
     p.write_text(prefix + text, encoding="utf-8", errors="surrogatepass")

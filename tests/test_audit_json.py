@@ -31,12 +31,15 @@ def test_schema_is_valid_json_schema():
     [FIX / "trl_train.py", FIX / "verl_dapo_acc.sh", FIX / "shapes" / "verl_ansi.yaml"],
     [FIX / "overrides_filter_acc.txt", "--reward-fn", FIX / "rewards" / "length_shaped_dict.py"],  # probes
     [FIX / "shapes" / "no_trainer.sh", "--skip-non-trainer"],
+    [FIX / "trainers" / "easyr1_filter_overall.sh", FIX / "trainers" / "swift_format_accuracy.sh",
+     FIX / "trainers" / "nemo_overlong_no_filter.yaml", FIX / "trainers" / "trl_rloo_normalized.py",
+     FIX / "trainers" / "hydra_rejected.sh", FIX / "trainers" / "unknown_entrypoint.sh"],  # every family
 ])
 def test_json_output_matches_the_documented_schema(capsys, args):
     jsonschema = pytest.importorskip("jsonschema")
     out = _out(capsys, *args)
     jsonschema.validate(out, SCHEMA)
-    assert out["schema"] == 2
+    assert out["schema"] == 3
 
 
 def test_json_reports_what_was_read_and_fixes_as_data(capsys):

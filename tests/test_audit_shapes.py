@@ -36,9 +36,9 @@ EXPECTED: dict[str, tuple[int, list[dict[str, str]]]] = {
     "default_vars.sh": (1, [{"PH001": E, "PH010": E}]),  # : ${FILTER_METRIC:=score}
     "export_vectorized_geo3k.sh": (1, [{"PH011": E, "PH002": I}]),
     "vectorized_drgrpo_gsm8k.sh": (1, [{"PH011": W}]),  # binary reward: no phantom, but not Dr. GRPO
-    "torchrun_legacy_reward.sh": (1, [{"PH040": E}]),
+    "torchrun_legacy_reward.sh": (1, [{"PH040": E, "PH010": W, "PH050": I}]),  # as meant: an unseen custom reward
     "recipe_legacy_overlong.sh": (1, [{"PH042": E}]),  # reward_model.overlong_buffer.*: not in 0.9.1
-    "mainppo_plus_legacy_kwargs.sh": (1, [{"PH040": E}]),
+    "mainppo_plus_legacy_kwargs.sh": (1, [{"PH040": E, "PH010": E}]),  # as meant: overlong penalty, std, no gate
     "mainppo_reward_kwargs_noplus.sh": (1, [{"PH043": E, "PH010": E}]),  # overlong penalty in `reward`
     "nothing_read.sh": (1, [{"PH060": W, "PH050": I}]),
     "nothing_read_config_name.sh": (1, [{"PH060": W, "PH050": I}]),

@@ -14,6 +14,7 @@ import pytest
 
 from phantom.book.chapters import resolve_chapter
 from phantom.book.execute import execute_chapter
+from phantom.book.results import load_cells, select
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,28 +71,46 @@ def test_verl_chapter_claims_follow_the_committed_runs(tmp_path):
 
 
 @pytest.mark.slow
-def test_rules_chapter_trl_claims_follow_the_committed_runs(tmp_path):
-    """Chapter 9 says the gated TRL arm holds in every seed: on a copy whose seed-1 gated run ends at 0.1,
-    that claim fails while the collapse of TRL's default still holds."""
-    runs = tmp_path / "trl_cpu_lab"
-    shutil.copytree(ROOT / "data" / "runs" / "trl_cpu_lab", runs)
-    gated = sorted(p for p in runs.iterdir() if p.name.startswith("trl-outcome-"))[-1]
-    _edit_metrics(gated, 40, "val-core/phantom_lab/acc/mean@1", 0.1)
-    res = execute_chapter(resolve_chapter("rules", ROOT), tmp_path / "ch9.ipynb", {"trl_runs": str(runs)},
+def test_rules_chapter_watch_claims_follow_the_committed_runs(tmp_path):
+    """Chapter 9 says phantom watch stays quiet on every seed of the outcome-filter arm: on a copy of the paper
+    sweep whose seed-1 outcome run loses half its held-out answer length by step 10, that claim fails while the
+    no-filter arm's length warning still leads its accuracy alarm."""
+    src = ROOT / "data" / "runs" / "lab_paper"
+    runs = tmp_path / "lab_paper"
+    shutil.copytree(src, runs)
+    (name,) = select(load_cells("full", runs, runs / "sweep.yaml"), "core", arm="outcome", seed=1)["name"]
+    gated = runs / name
+    key = "val-aux/phantom_lab/len_chars/mean@1"
+    start = next(json.loads(x)["data"][key] for x in (gated / "metrics.jsonl").read_text().splitlines()
+                 if x.strip() and json.loads(x)["step"] == 0)
+    _edit_metrics(gated, 10, key, 0.5 * start)
+    res = execute_chapter(resolve_chapter("rules", ROOT), tmp_path / "ch9.ipynb",
+                          {"runs_root": str(runs), "sweep": str(runs / "sweep.yaml")},
                           root=ROOT, runs=tmp_path / "runs", force=True)
     status = _statuses(res)
-    assert status["trl-gate-holds"] == "fails", status
-    assert status["trl-default-collapses"] == status["trl-dashboard-misses-the-phantom"] == "holds", status
+    assert status["watch-quiet-under-the-outcome-filter"] == "fails", status
+    assert status["watch-length-leads"] == status["lab-exposure-above-the-canary"] == "holds", status
+
+
+def _copy_with_outcome_ends(dest: Path, ends: dict[int, float]) -> Path:
+    """A copy of the committed paper sweep whose core outcome runs end (last validation) at ``ends[seed]``."""
+    shutil.copytree(ROOT / "data" / "runs" / "lab_paper", dest)
+    for seed, value in ends.items():
+        (run,) = [p for p in dest.glob(f"lab-outcome-length_short-lam0.3-s{seed}-*")
+                  if "core" in json.loads((p / "manifest.json").read_text())["sweep"]["groups"]]
+        last = max(int(json.loads(x)["step"]) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip())
+        _edit_metrics(run, last, "val-core/phantom_lab/acc/mean@1", value)
+    return dest
 
 
 @pytest.mark.slow
 def test_chapter_run_reads_another_copy_of_the_paper_sweep(tmp_path):
-    """`-p sweep FILE -p runs_root DIR` (both relative to the repository root, from any working directory):
-    the chapter reads that copy's cells, runs nothing (they are finished), and its claims are checked there."""
-    rel = "data/runs/lab_paper_graded_2e-3_sft1"  # the paper sweep from the main setting's SFT seed 1
-    out = tmp_path / "ch7.ipynb"
-    proc = subprocess.run([sys.executable, "-m", "phantom.cli", "chapter", "run", "estimators", "-p", "sweep",
-                           f"{rel}/sweep.yaml", "-p", "runs_root", rel, "-o", str(out), "--force"],
+    """`-p sweep FILE -p runs_root DIR` (from any working directory): the chapter reads that copy's cells,
+    runs nothing (they are finished), and its claims are checked there."""
+    copy = _copy_with_outcome_ends(tmp_path / "copy", {2: 0.75})
+    out = tmp_path / "ch4.ipynb"
+    proc = subprocess.run([sys.executable, "-m", "phantom.cli", "chapter", "run", "collapse_cpu", "-p", "sweep",
+                           str(copy / "sweep.yaml"), "-p", "runs_root", str(copy), "-o", str(out), "--force"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     nb = nbformat.read(out, as_version=4)
@@ -100,68 +119,61 @@ def test_chapter_run_reads_another_copy_of_the_paper_sweep(tmp_path):
     glued = {o["metadata"]["scrapbook"]["name"]: o["data"]["application/papermill.record/text/plain"]
              for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
              if "scrapbook" in o.get("metadata", {})}
-    dapo = [json.loads(m.read_text()) for m in (ROOT / rel).glob("lab-score-daposcore-*/manifest.json")]
-    assert len(dapo) == 1
-    summary = dapo[0]["summary"]  # the DAPO score arm: this copy's start and end, not the build's
-    assert glued["dapo_score_acc"] == repr(f"{summary['start_acc']:.3f} → {summary['final_acc']:.3f}")
+    from phantom.book.results import VAL_ACC
+    from phantom.runs import iter_runs, read_metrics
+
+    gains = [float(read_metrics(r.path)[VAL_ACC].dropna().iloc[-1] - read_metrics(r.path)[VAL_ACC].dropna().iloc[0])
+             for r in iter_runs(copy, arm="outcome", estimator="grpo", lam=0.3, kind="length_short")
+             if "core" in r.manifest()["sweep"]["groups"]]
+    assert len(gains) == 3 and float(glued["out_gain"]) == pytest.approx(sum(gains) / 3)  # the copy's, edited
     assert not (tmp_path / "runs").exists() and not (tmp_path / "artifacts").exists()  # nothing was run or built
 
 
 @pytest.mark.slow
 def test_chapter_run_on_another_copy_exits_1_when_a_claim_fails(tmp_path):
-    """Pointing a chapter at other data of the same experiment re-checks its prose: where that copy's DAPO
-    acc arm loses its accuracy, the claim that it holds fails and `phantom chapter run` exits 1 (what counts
-    as the same experiment: test_only_the_chapters_sweep_on_another_warm_start_rechecks)."""
-    copy = tmp_path / "sft1"
-    shutil.copytree(ROOT / "data" / "runs" / "lab_paper_graded_2e-3_sft1", copy)
-    (acc_arm,) = copy.glob("lab-outcome-dapoacc-*")
-    path = acc_arm / "metrics.jsonl"
-    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    for rec in lines:  # every validation after the start: accuracy 0
-        for key in ("val-core/phantom_lab/acc/mean@1", "phantom/val/acc_true"):
-            if rec["step"] > 0 and key in rec["data"]:
-                rec["data"][key] = 0.0
-    path.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
-    manifest = json.loads((acc_arm / "manifest.json").read_text())
-    manifest["summary"].update(final_acc=0.0, min_acc=0.0)
-    (acc_arm / "manifest.json").write_text(json.dumps(manifest))
-    out = tmp_path / "ch7.ipynb"
-    proc = subprocess.run([sys.executable, "-m", "phantom.cli", "chapter", "run", "estimators", "-p", "sweep",
+    """Pointing a chapter at other data of the same experiment re-checks its prose: where that copy's outcome
+    arm ends far below its start, the claim that it gains fails and `phantom chapter run` exits 1 (what
+    counts as the same experiment: test_only_the_chapters_sweep_or_its_copy_rechecks)."""
+    copy = _copy_with_outcome_ends(tmp_path / "copy", {0: 0.1, 1: 0.1})
+    out = tmp_path / "ch4.ipynb"
+    proc = subprocess.run([sys.executable, "-m", "phantom.cli", "chapter", "run", "collapse_cpu", "-p", "sweep",
                            str(copy / "sweep.yaml"), "-p", "runs_root", str(copy), "-o", str(out), "--force"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1, proc.stderr[-4000:]
     assert "states claims its data do not support" in proc.stderr
     records = {r["key"]: r["status"] for r in nbformat.read(out, as_version=4).metadata["phantom_claims"]["claims"]}
-    assert records["dapo-score-falls-acc-holds"] == "fails", records
+    assert records["core-outcome-gains"] == "fails", records
+    assert records["core-unsafe-collapse"] == "holds", records
 
 
-def test_only_the_chapters_sweep_on_another_warm_start_rechecks(tmp_path):
-    """A failed claim exits 1 only when the data are the chapter's experiment: its own sweep, or a copy that
-    differs in `sft_seed` alone (each committed copy of `paper`); another sweep, a copy with one setting
-    changed, or any other -p explores (its failed claims are reported, and the run exits 0)."""
+def test_only_the_chapters_sweep_or_its_copy_rechecks(tmp_path):
+    """A failed claim exits 1 only when the data are the chapter's experiment: the committed sweep it reads
+    by default, the packaged sweep it was made from, or a copy that differs in `sft_seed` alone; another
+    sweep, a copy with one setting changed, or any other -p explores (its failed claims are reported, and
+    the run exits 0)."""
     import yaml
 
     from phantom.book.build import rechecks, same_experiment
 
-    copies = sorted((ROOT / "data" / "runs").glob("lab_paper_graded_2e-3*/sweep.yaml"))
-    assert len(copies) == 2
-    for f in copies:  # the main setting from SFT seeds 0 and 1
-        assert same_experiment("paper", str(f), ROOT), f
-    first = sorted((ROOT / "data" / "runs").glob("lab_paper_amd*/sft*/sweep.yaml"))
-    assert len(first) == 4
-    for f in first:  # the first setting (worked answers at 2.5e-3): another experiment since the switch
-        assert not same_experiment("paper", str(f), ROOT), f
+    committed = ROOT / "data" / "runs" / "lab_paper" / "sweep.yaml"
+    assert same_experiment("paper", str(committed), ROOT)
+    other_start = yaml.safe_load(committed.read_text())
+    other_start["base"]["sft_seed"] = 1
+    (tmp_path / "sft1.yaml").write_text(yaml.safe_dump(other_start))
+    assert same_experiment(str(committed), str(tmp_path / "sft1.yaml"), ROOT)
+    for f in sorted((ROOT / "data" / "runs").glob("lab_paper_amd/sft*/sweep.yaml")):
+        assert not same_experiment("paper", str(f), ROOT), f  # worked answers at 2.5e-3: another experiment
     assert not same_experiment("paper", "knobs", ROOT)
-    changed = yaml.safe_load(copies[-1].read_text())
+    changed = yaml.safe_load(committed.read_text())
     changed["base"]["lr"] = 3.5e-3
     (tmp_path / "lr.yaml").write_text(yaml.safe_dump(changed))
     assert not same_experiment("paper", str(tmp_path / "lr.yaml"), ROOT)
-    ch7 = resolve_chapter("estimators", ROOT)
-    assert rechecks(ch7, {}, [], ROOT)
-    assert rechecks(ch7, {"sweep": str(copies[-1]), "runs_root": "x"}, ["sweep", "runs_root"], ROOT)
-    assert not rechecks(ch7, {"sweep": str(tmp_path / "lr.yaml")}, ["sweep"], ROOT)
-    assert not rechecks(ch7, {"sweep": str(copies[-1])}, ["sweep", "lam"], ROOT)
-    assert not rechecks(ch7, {"sweep": str(first[0]), "runs_root": "x"}, ["sweep", "runs_root"], ROOT)
+    ch4 = resolve_chapter("collapse_cpu", ROOT)
+    assert rechecks(ch4, {}, [], ROOT)
+    assert rechecks(ch4, {"sweep": str(tmp_path / "sft1.yaml"), "runs_root": "x"}, ["sweep", "runs_root"], ROOT)
+    assert rechecks(ch4, {"sweep": "paper", "runs_root": "runs/paper"}, ["sweep", "runs_root"], ROOT)
+    assert not rechecks(ch4, {"sweep": str(tmp_path / "lr.yaml")}, ["sweep"], ROOT)
+    assert not rechecks(ch4, {"sweep": str(tmp_path / "sft1.yaml")}, ["sweep", "collapse_acc"], ROOT)
 
 
 def test_chapter_run_names_a_missing_sweep_file(tmp_path, capsys):

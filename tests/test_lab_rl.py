@@ -82,14 +82,14 @@ def test_start_evaluation_cache_changes_nothing(lab_env, tmp_path, monkeypatch):
     exactly what a run that computed it logs (every value but timings), and the cache is keyed on
     what the evaluation depends on (here: the response cap)."""
     spec = {**TINY, "arm": "none", "seed": 5}
-    key = lab_env / "eval0" / f"{_eval0_key(lab_env, ArmSpec.from_dict(spec))}.json"
+    key = lab_env.parent / "eval0" / lab_env.name / f"{_eval0_key(lab_env, ArmSpec.from_dict(spec))}.json"
     key.unlink(missing_ok=True)  # other tests of this module share the warm start
     monkeypatch.setenv("PHANTOM_EVAL0_CACHE", "0")
     ref = read_metrics(run_arm(spec, name="off", root=tmp_path, progress=False).path)
     assert not key.exists()
     monkeypatch.setenv("PHANTOM_EVAL0_CACHE", "1")
     first = read_metrics(run_arm(spec, name="fill", root=tmp_path, progress=False).path)
-    assert key.is_file()
+    assert key.is_file() and not (lab_env / "eval0").exists()  # in the cache, never in the checkpoint
     written = key.stat().st_mtime_ns
     hit = read_metrics(run_arm(spec, name="hit", root=tmp_path, progress=False).path)
     assert key.stat().st_mtime_ns == written

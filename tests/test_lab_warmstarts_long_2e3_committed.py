@@ -13,13 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _warmstart_runs import cell, runs_by_arm
+from _warmstart_runs import runs_by_arm
 
-from phantom.book.results import same_prefix
 from phantom.lab.rl import VAL_ACC
 from phantom.lab.spec import ArmSpec
 from phantom.lab.sweep import expand, load_sweep
-from phantom.runs import iter_runs, read_metrics
+from phantom.runs import iter_runs
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "runs"
 RUNS = DATA / "lab_warmstarts_long_2e-3"
@@ -51,20 +50,6 @@ def test_eight_warm_starts_six_of_them_those_of_the_2_5e_3_sweep(cells):
               for sft in SFT_SEEDS}
     assert all(len(v) == 1 for v in starts.values()), starts
     assert len({next(iter(v)) for v in starts.values()}) == len(SFT_SEEDS), starts
-    before = runs_by_arm(DATA / "lab_warmstarts_long")
-    assert {s: {round(r["acc0"], 6) for r in before["none", s]} for s in range(6)} == \
-        {s: starts[s] for s in range(6)}
-
-
-@pytest.mark.parametrize("sft", [0, 1, 2])
-def test_the_first_40_steps_are_the_committed_40_step_probe(cells, sft):
-    """The lr probe ran the no-filter and outcome arms at 2e-3 for 40 steps on SFT seeds 0-2; these runs
-    continue them value for value (a no-filter run validates at every step, its probe cell every fifth)."""
-    short = {cell(run.manifest()["spec"]): read_metrics(run.path)
-             for run in iter_runs(DATA / "lab_lr_probe" / "lr_2e-3")
-             if (run.manifest()["spec"].get("sft_seed") or 0) == sft}
-    pairs = [(r, short[cell(r["spec"])]) for arm in ("none", "outcome") for r in cells[arm, sft]]
-    assert len(pairs) == 6 and all(same_prefix(r["df"], s) for r, s in pairs)
 
 
 def test_length_leads_on_every_warm_start_and_never_loses_to_accuracy(cells):
@@ -114,17 +99,3 @@ def test_phantom_lab_criteria_agrees(capsys):
     assert main(["criteria", str(RUNS / "sweep.yaml"), "--runs-dir", str(RUNS)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == \
         "every criterion holds on 6 of 8 warm starts (SFT seeds [0, 1, 2, 3, 5, 6])"
-
-
-def test_the_warmup_probe_did_not_separate_sft_seed_5():
-    """The committed 30-step probe of a 20-step warm-up: one length-first run of three on SFT seed 5."""
-    probe = DATA / "lab_warmup_probe"
-    want = sorted(c.name for c in expand(load_sweep(probe / "sweep.yaml"), "full"))
-    assert sorted(r.name for r in iter_runs(probe)) == want and len(want) == 18
-    runs = runs_by_arm(probe)
-    assert sorted(runs) == [("none", s) for s in range(6)]
-    for rs in runs.values():
-        assert all(r["spec"]["warmup_steps"] == 20 and r["spec"]["steps"] == 30 for r in rs)
-    lf = {sft: [r["order"] for r in rs].count("length first") for (_, sft), rs in runs.items()}
-    assert lf == {0: 3, 1: 2, 2: 3, 3: 3, 4: 2, 5: 1}, lf
-    assert [r["order"] for r in runs["none", 5]].count("same step") == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "phantom"
-CORE = {"phantom", "phantom.rewards", "phantom.advantages", "phantom.feedback", "phantom.dynamics", "phantom.runs",
+CORE = {"phantom", "phantom.paths", "phantom.rewards", "phantom.advantages", "phantom.feedback", "phantom.dynamics", "phantom.runs",
         "phantom.figures", "phantom.kernels", "phantom.malloc", "phantom.zygote", "phantom.zygote_serve",
         "phantom.cli"}
 #: pillar -> the other pillars it may import (ARCHITECTURE.md, "Layout")

@@ -50,6 +50,11 @@ def parser_available() -> str | None:
 #: found it). The parser sees them as U+10000, a letter of the same UTF-8 length, so every byte
 #: offset, and every text the interpreter slices from the original bytes, stays as written.
 _PARSER_UNSAFE = re.compile("[\U00020000-\U0010ffff]")
+#: Valid bash the grammar (0.25.1) marks as an error, handed to it as a stand-in of the same byte length (the
+#: interpreter slices every text from the original): a default that starts with "[" (``${X:-["a"]}``, a Hydra
+#: list) and a line continuation at the very end of the file.
+_DEFAULT_BRACKET = re.compile(r"(\$\{[#!]?[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?:?[-=+?])\[")
+_TRAILING_CONTINUATION = re.compile(r"\\(\s*)\Z")
 
 
 def parse_tree(text: str) -> Any:
@@ -59,7 +64,10 @@ def parse_tree(text: str) -> Any:
         from tree_sitter import Language, Parser
 
         _PARSER = Parser(Language(tree_sitter_bash.language()))
-    return _PARSER.parse(_PARSER_UNSAFE.sub("\U00010000", text).encode("utf-8"))
+    text = _PARSER_UNSAFE.sub("\U00010000", text)
+    text = _DEFAULT_BRACKET.sub(lambda m: m.group(1) + "X", text)
+    text = _TRAILING_CONTINUATION.sub(lambda m: " " + m.group(1), text)
+    return _PARSER.parse(text.encode("utf-8"))
 
 @dataclass
 class Command:

@@ -14,10 +14,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from phantom.audit.locate import locate
 from phantom.audit.model import Evidence, Unresolved
 from phantom.audit.probe import ProbeResult
+from phantom.audit.reward_ast import Shape, function_shape
 from phantom.audit.schema import Settings
 from phantom.audit.scorers import BUILTIN, Scorer, scorer_for, sources_from_files
+from phantom.audit.text import MAX_BYTES
 
 __all__ = ["SHAPED_METRICS", "GROUP_STD_ESTIMATORS", "OUTCOME_GATE_ESTIMATORS", "PHANTOM_REWARD", "RewardFacts",
            "Signal", "TrlFunc", "metric_signal", "tri_or", "trl_facts", "verl_facts"]
@@ -89,10 +92,40 @@ class RewardFacts:
 
 
 def _kwargs(s: Settings) -> dict[str, Any]:
-    entries = s.doc.under("reward.custom_reward_function.reward_kwargs")
-    if s.trainer == "recipe":
-        entries = {**s.doc.under("custom_reward_function.reward_kwargs"), **entries}
+    entries = {**s.doc.under("custom_reward_function.reward_kwargs"),
+               **s.doc.under("reward.custom_reward_function.reward_kwargs")}
     return {k: e.value for k, e in entries.items()}
+
+
+def read_body(path: Any, name: str, near: str) -> tuple[Shape | None, str]:
+    """The shape of a reward function in a file a config names, read with ast; (None, why) if not found."""
+    if not isinstance(path, str):
+        return None, f"its path {path} cannot be resolved"
+    file = locate(path, near)
+    if file is None:
+        return None, f"{path} is not found here"
+    try:
+        text = file.read_text(encoding="utf-8", errors="replace")[:MAX_BYTES]
+    except OSError as exc:
+        return None, f"{path} cannot be read ({exc.strerror})"
+    shape = function_shape(text, name)
+    return shape, (f"no function {name} in {path}" if shape is None else f"{name} in {file.name}")
+
+
+def _apply_body(f: RewardFacts, shape: Shape, where: str, key: str, loc: str | None) -> bool:
+    """verl facts from a compute_score body (float: acc = score; dict: its `score` and `acc`)."""
+    sc = shape.scalar()
+    if sc.kind == "dict":
+        score, acc = sc.keys.get("score"), sc.keys.get("acc")
+        f.returns, f.keys = "dict", frozenset(sc.keys)
+        f.score_shaped = {"shaped": True, "binary": False}.get(score.verdict) if score else None
+        f.acc_binary = {"binary": True, "shaped": False}.get(acc.verdict) if acc else None
+    else:
+        f.returns = "float"
+        f.score_shaped = {"shaped": True, "binary": False}.get(sc.verdict)
+        f.acc_binary = None if f.score_shaped is None else not f.score_shaped
+    f.evidence.append(Evidence(f"read from the body of {where} (not run): {shape.describe()}", key, loc))
+    return f.score_shaped is not None or f.acc_binary is not None
 
 
 def _where(s: Settings, key: str) -> str | None:
@@ -160,7 +193,11 @@ def verl_facts(s: Settings, probe: ProbeResult | None = None, shaped: bool | Non
                                    "pass/fail outcome, so there are no all-fail groups for shaping to revive (the "
                                    "audit's rules are about outcome rewards)", rm_key, _where(s, rm_key)))
         return f
-    if path is None:
+    if path is None and s.spec.scorer == "entropy_math":
+        f.returns, f.acc_binary, f.score_shaped = "dict", True, False
+        f.evidence.append(Evidence("the entropy recipe's default scorer (entropy/reward_score): a dict with score 0/1 "
+                                   "and a boolean `acc`, whatever the data source"))
+    elif path is None:
         _builtin(s, f, data_source)
     elif isinstance(path, str) and (path == PHANTOM_REWARD or path.endswith("phantom/verl/reward.py")):
         lam = kwargs.get("lam", 0.3)
@@ -169,17 +206,21 @@ def verl_facts(s: Settings, probe: ProbeResult | None = None, shaped: bool | Non
         f.evidence.append(Evidence(f"phantom's reward with lam={lam} (dict with a binary `acc`)", path_key,
                                    _where(s, path_key)))
     else:
+        fn_name = s.value("reward.custom_reward_function.name") or "compute_score"
+        shape, where = read_body(path, str(fn_name), s.doc.path) if probe is None else (None, "")
         hits = {k: v for k, v in kwargs.items() if _COEF.match(k.split(".")[-1]) and isinstance(v, (int, float))
                 and not isinstance(v, bool)}
-        if hits:
+        if shape is not None and _apply_body(f, shape, where, path_key, _where(s, path_key)):
+            pass
+        elif hits:
             f.score_shaped = any(v != 0 for v in hits.values())
             key, value = next(iter(hits.items()))
             f.evidence.append(Evidence(f"shaping coefficient {key}={value} in reward_kwargs",
                                        f"reward.custom_reward_function.reward_kwargs.{key}",
                                        _where(s, f"reward.custom_reward_function.reward_kwargs.{key}")))
         else:
-            f.evidence.append(Evidence(f"custom reward function {path} (its shape is unknown without --reward-fn)",
-                                       path_key, _where(s, path_key)))
+            f.evidence.append(Evidence(f"custom reward function {path} (its shape is unknown: "
+                                       f"{where or 'probed below'}; pass --reward-fn)", path_key, _where(s, path_key)))
     if probe is not None:  # the probe supersedes what the config hinted about the function
         f.evidence = [e for e in f.evidence if e.key != path_key and "reward_kwargs" not in (e.key or "")]
         f.probe, f.returns, f.keys = probe, probe.returns, probe.keys
@@ -194,8 +235,11 @@ def verl_facts(s: Settings, probe: ProbeResult | None = None, shaped: bool | Non
     if s.flag("reward.reward_kwargs.overlong_buffer_cfg.enable") and manager == "dapo":
         f.overlong = True
         key = "reward.reward_kwargs.overlong_buffer_cfg.enable"
-        f.evidence.append(Evidence("DAPO overlong penalty enabled (added to `reward`, not to `score`/`acc`)", key,
-                                   _where(s, key)))
+        e = s.entry(key)
+        meant = "" if e is None or e.key == s.live_key(key) or s.spec.migrates else \
+            f"; as meant by `{e.key}`, which {s.spec.label} ignores"
+        f.evidence.append(Evidence("DAPO overlong penalty enabled (added to `reward`, not to `score`/`acc`)" + meant,
+                                   key, _where(s, key)))
     f.composite = tri_or(f.score_shaped, f.overlong)
     return f
 
@@ -223,7 +267,7 @@ def metric_signal(metric: Any, s: Settings, f: RewardFacts) -> Signal:
     if metric == "acc":
         if f.returns == "float":
             return Signal(f.score_shaped, False, "the reward function returns a float, so verl sets acc = score")
-        if f.returns in ("dict", "mixed") and f.keys is not None and f.probe is not None and "acc" not in f.keys:
+        if f.returns in ("dict", "mixed") and f.keys is not None and "acc" not in f.keys:
             return Signal(None, True, "the reward dict has no `acc` key")
         if f.acc_binary is False:
             return Signal(f.probe.spread_among_failures("acc") if f.probe else True, False,
@@ -249,19 +293,24 @@ def metric_signal(metric: Any, s: Settings, f: RewardFacts) -> Signal:
                               "without --reward-fn")
 
 
-def _trl_func_shaped(name: str, probes: dict[str, ProbeResult]) -> tuple[bool | None, str]:
+def _trl_func_shaped(name: str, probes: dict[str, ProbeResult],
+                     bodies: dict[str, Any] | None = None) -> tuple[bool | None, str]:
     short = name.rsplit(".", 1)[-1]
     if short in probes:
         spread = probes[short].spread_among_failures("score")
         return spread, f"probe: {probes[short].summary()}"
+    body = (bodies or {}).get(short)
+    if body is not None:
+        verdict = body.scalar().verdict
+        return {"binary": False, "shaped": True}.get(verdict), f"read from its body (not run): {body.describe()}"
     if short in TRL_BINARY:
         return False, "a binary correctness reward"
     if short in TRL_SHAPING:
         return True, "a known shaping reward (it scores failures differently)"
     if _SHAPING_NAME.search(short):
-        return True, "a shaping reward, judging from its name"
+        return True, "a shaping reward, judging from its name (its body is not in the audited file)"
     if _BINARY_NAME.search(short):
-        return False, "a correctness reward, judging from its name"
+        return False, "a correctness reward, judging from its name (its body is not in the audited file)"
     return None, "unknown without --reward-fn"
 
 
@@ -278,7 +327,7 @@ def trl_facts(s: Settings, probes: dict[str, ProbeResult] | None = None, shaped:
         names.append(str(s.doc.get("reward_model_name_or_path")))
     ws = weights if isinstance(weights, list) and len(weights) == len(names) else [None] * len(names)
     for name, w in zip(names, ws):
-        sh, why = _trl_func_shaped(name, probes)
+        sh, why = _trl_func_shaped(name, probes, s.doc.bodies)
         f.trl_funcs.append(TrlFunc(name, w, sh, why))
     live = [t for t in f.trl_funcs if t.weight != 0]
     if live:

@@ -19,6 +19,7 @@ from typing import Any
 
 from phantom.audit.model import Entry, Finding, Unresolved, chapter
 from phantom.audit.schema import Settings
+from phantom.audit.verl_keys import key_set_for
 
 __all__ = ["LEGACY_KEYS", "RECIPE_REWARD_KEYS", "legacy_findings", "prefix_of"]
 
@@ -79,12 +80,15 @@ def _new_key(key: str) -> str:
     return "reward." + key
 
 
-def _needs_plus(key: str, trainer: str) -> bool:
-    """Does the live key need ``+`` on this trainer (it is not in verl's config)?"""
+def _needs_plus(key: str, s: Settings) -> bool:
+    """Does the live key need ``+`` on this trainer (it is not in the config its entry point composes)?"""
+    ks = key_set_for(s)
+    if ks is not None and key.startswith("reward."):
+        return not ks.has(key)
     if key.startswith("reward.custom_reward_function.reward_kwargs."):
         return True
     if key.startswith("reward.reward_kwargs."):
-        return not (trainer == "recipe" and key in RECIPE_REWARD_KEYS)
+        return not (s.trainer == "recipe" and key in RECIPE_REWARD_KEYS)
     return False
 
 
@@ -105,7 +109,7 @@ def _fix_for(s: Settings, keys: list[str]) -> tuple[list[str], dict[str, Any]]:
         e = s.doc.entries[key]
         new = _new_key(key)
         value = e.value
-        plus = "+" if _needs_plus(new, s.trainer) else ""
+        plus = "+" if _needs_plus(new, s) else ""
         fixes.append(f"{plus}{new}={_text(value)}")
         if not isinstance(value, Unresolved):
             expect[new] = value
@@ -116,7 +120,7 @@ def _fix_for(s: Settings, keys: list[str]) -> tuple[list[str], dict[str, Any]]:
         if "reward.reward_kwargs.max_resp_len" not in have and not s.doc.has("reward.reward_kwargs.max_resp_len"):
             n = s.value("data.max_response_length")
             n = n if isinstance(n, int) and not isinstance(n, bool) else "<data.max_response_length>"
-            plus = "+" if _needs_plus("reward.reward_kwargs.max_resp_len", s.trainer) else ""
+            plus = "+" if _needs_plus("reward.reward_kwargs.max_resp_len", s) else ""
             fixes.append(f"{plus}reward.reward_kwargs.max_resp_len={n}")
             if isinstance(n, int):
                 expect["reward.reward_kwargs.max_resp_len"] = n
@@ -140,35 +144,54 @@ def _important(key: str) -> bool:
         or "reward_kwargs" in key
 
 
+def _live(s: Settings, key: str) -> bool:
+    """Is this "legacy" key what the trainer really reads (the entropy recipe's reward_model.overlong_buffer)?"""
+    if key.startswith(s.spec.own_sections) and s.spec.own_sections:
+        return True
+    canonical = _new_key(key)
+    return s.live_key(canonical) == key
+
+
 def legacy_findings(s: Settings) -> list[Finding]:
     """PH040 (accepted, ignored), PH042 (rejected at start), PH043 (a live key that needs ``+``)."""
+    if not s.spec.modelled and not s.spec.name.startswith("unknown:"):
+        return []  # a recipe with its own reward_model section (PRIME, ...): PH062 says the rules may not apply
+    ks = key_set_for(s)
     rejected, ignored, plus = [], [], []
     for key, e in s.doc.entries.items():
         overrides = _is_override(e)
         if key.startswith(_SECTIONS):
             if e.value is None or e.value == {} or e.value == []:
                 continue  # a composed config (.hydra/config.yaml) carries every legacy key as null
-            defined = key in LEGACY_KEYS or any(key.startswith(k + ".") for k in LEGACY_KEYS)
+            if _live(s, key):
+                continue
+            if ks is not None:
+                defined = ks.has(key)
+            else:
+                defined = key in LEGACY_KEYS or any(key.startswith(k + ".") for k in LEGACY_KEYS)
             if overrides and not defined and prefix_of(e) == "":
                 rejected.append(key)
-            elif s.trainer == "main_ppo" or "overlong_buffer" in key:
-                ignored.append(key)  # main_ppo drops all of them; the recipe's migration drops overlong_buffer
-        elif overrides and _needs_plus(key, s.trainer) and prefix_of(e) == "":
+            elif not s.spec.migrates or "overlong_buffer" in key:
+                ignored.append(key)  # not migrated; the migration itself never reads overlong_buffer
+        elif overrides and _needs_plus(key, s) and prefix_of(e) == "" and key.startswith(
+                ("reward.reward_kwargs.", "reward.custom_reward_function.reward_kwargs.")):
             plus.append(key)
     out = []
-    trainer = "verl-recipe's DAPO main" if s.trainer == "recipe" else "verl 0.9.1 main_ppo"
+    trainer = s.spec.label
     if rejected:
         out.append(_finding(
             "PH042", "legacy-key-rejected", "error", s, rejected,
             f"{', '.join(f'`{k}`' for k in rejected)}: {'these keys are' if len(rejected) > 1 else 'this key is'} "
-            f"not in verl 0.9.1's config, so {trainer} refuses to start (Hydra: \"Key ... is not in struct\")",
+            f"not in the config {trainer} composes (verl {s.version}), so it refuses to start (Hydra: \"Key ... is not "
+            "in struct\")",
             "older DAPO scripts set reward_model.overlong_buffer.* and reward_model.reward_kwargs.*; 0.9.x reads "
             "the overlong penalty from reward.reward_kwargs.overlong_buffer_cfg of the `dapo` reward manager"))
     if ignored:
         assumed = " (assuming verl 0.9.x main_ppo runs it)" if s.entrypoint_assumed else ""
-        sev = "error" if any(_important(k) for k in ignored) and not s.entrypoint_assumed else "warning"
-        why = ("main_ppo no longer calls migrate_legacy_reward_impl, so the run silently uses the default reward "
-               "settings instead" if s.trainer == "main_ppo" else
+        sev = "error" if any(_important(k) for k in ignored) and not s.entrypoint_assumed and s.spec.modelled \
+            else "warning"
+        why = (f"{trainer} does not call migrate_legacy_reward_impl, so the run silently uses the default reward "
+               "settings instead; the other findings judge the run as these keys meant it" if not s.spec.migrates else
                "migrate_legacy_reward_impl copies reward_model.reward_kwargs but never reads overlong_buffer")
         out.append(_finding(
             "PH040", "legacy-reward-key-ignored", sev, s, ignored,

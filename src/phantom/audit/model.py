@@ -32,6 +32,8 @@ BOOK: dict[str, str] = {
     "estimators": "book/chapters/07_estimators.md",
     "what_not": "book/chapters/08_what_does_not_matter.md",
     "rules": "book/chapters/09_rules.md",
+    "defaults": "book/chapters/appendix_defaults.md",
+    "reference": "book/chapters/appendix_audit.md",
 }
 
 #: Most to least severe. ``error``: the run is phantom-prone or misconfigured as written;
@@ -109,9 +111,10 @@ class Entry:
 class ConfigDoc:
     """A configuration reduced to dotted keys, with its kind and form.
 
-    ``kind`` is ``verl`` or ``trl``; ``form`` is how it was written (``yaml``, ``json``,
-    ``overrides``, ``shell``, ``python``); ``entrypoint`` is the verl trainer the launch script
-    runs (``main_ppo`` or ``recipe``), when the input names one.
+    ``kind`` is the config family (``verl``, ``trl``, ``easyr1``, ``openrlhf``, ``swift``, ``nemo``,
+    ``oat``, ``lab``); ``form`` is how it was written (``yaml``, ``json``, ``overrides``, ``shell``,
+    ``python``); ``entrypoint`` is the registry name of the trainer the launch script runs
+    (:mod:`phantom.audit.trainers`; ``unknown:<module>`` for one the registry lacks), when it names one.
     """
 
     path: str
@@ -122,6 +125,10 @@ class ConfigDoc:
     mentions: set[str] = field(default_factory=set)  # identifiers seen in the text (e.g. TRL metrics)
     read: ReadInfo = field(default_factory=ReadInfo)
     label: str | None = None  # which command of a script this is ("command 2, line 57")
+    #: Hydra's --config-name / --config-path when the command names its own config (keys then unchecked)
+    config_name: str | None = None
+    #: reward functions defined in (or imported next to) a Python input, by name: their bodies' shapes
+    bodies: dict[str, Any] = field(default_factory=dict)
 
     def entry(self, key: str) -> Entry | None:
         e = self.entries.get(key)
@@ -150,7 +157,8 @@ class ConfigDoc:
         if other.kind != self.kind:
             raise InputError(other.path, f"cannot merge a {other.kind} config into a {self.kind} one")
         doc = ConfigDoc(f"{self.path}+{other.path}", self.kind, "merged", dict(self.entries),
-                        other.entrypoint or self.entrypoint, self.mentions | other.mentions)
+                        other.entrypoint or self.entrypoint, self.mentions | other.mentions,
+                        config_name=other.config_name or self.config_name, bodies={**self.bodies, **other.bodies})
         doc.read = ReadInfo(f"{self.path} with {other.path} on top", overrides=len(self.entries) + len(other.entries),
                             unresolved=self.read.unresolved + other.read.unresolved,
                             conditional=self.read.conditional + other.read.conditional)
@@ -195,6 +203,10 @@ class Finding:
     fix_expect: dict[str, Any] = field(default_factory=dict)
     fix_kwargs: dict[str, Any] = field(default_factory=dict)
     keys: tuple[str, ...] = ()  # every key a merged finding covers
+    #: a fix in another trainer's syntax (CLI arguments or config keys), and how it was checked: verl
+    #: overrides are composed against verl's Hydra config in the tests; other trainers' are "constructed"
+    fix_args: tuple[str, ...] = ()
+    fix_status: str | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

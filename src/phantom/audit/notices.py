@@ -28,7 +28,7 @@ def read_findings(doc: ConfigDoc) -> list[Finding]:
             f"clean; its settings come from {src}",
             "a guard that reports 'clean' after reading nothing is worse than no guard",
             "audit the config the command uses (its YAML, or the override list it is called with), or pass the "
-            "overrides on the command line in the script", chapter("rules"), doc.path, r.line))
+            "overrides on the command line in the script", chapter("reference"), doc.path, r.line))
     bad = [c for c in r.cleaned if "colour" in c or "control" in c]
     if bad or r.crlf_shell:
         what = "; ".join(bad + (["CRLF line ends in a bash script"] if r.crlf_shell else []))
@@ -37,6 +37,6 @@ def read_findings(doc: ConfigDoc) -> list[Finding]:
         fix = "dos2unix the script" if r.crlf_shell and not bad else (
             "remove them (e.g. sed 's/\\x1b\\[[0-9;]*m//g'; tr -d '\\000')" + ("; dos2unix" if r.crlf_shell else ""))
         out.append(Finding("PH061", "input-cleaned", "warning", None,
-                           f"the file holds {what}; the audit removed them to read it", why, fix, chapter("rules"),
+                           f"the file holds {what}; the audit removed them to read it", why, fix, chapter("reference"),
                            doc.path, None))
     return out

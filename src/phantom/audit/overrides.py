@@ -19,6 +19,11 @@ __all__ = ["parse_override", "parse_value", "read_override_lines", "looks_like_o
 _OVERRIDE = re.compile(r"^(\+\+|\+|~)?([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)(?:@[\w.\-]+)?(?:=(.*))?$", re.S)
 _FLOAT = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 _INTERP = re.compile(r"\$\{[^}]*\}")
+#: values YAML would read the same way, parsed without it (PyYAML's pure-Python loader is most of a batch's time)
+_INT = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")
+_PLAIN = re.compile(r"^[A-Za-z_/.][\w./:@+-]*$")
+_YAML_WORDS = frozenset({"yes", "no", "on", "off", "y", "n", "null", "true", "false", "nan", "inf"})
+_BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
 
 
 def parse_value(text: str) -> Any:
@@ -28,6 +33,14 @@ def parse_value(text: str) -> Any:
         return ""
     if _INTERP.search(s):
         return s  # an interpolation; the schema resolves ${a.b} references it can
+    if s in _BOOLS:
+        return _BOOLS[s]
+    if s in ("null", "Null", "NULL", "~"):
+        return None
+    if _INT.match(s):
+        return int(s)
+    if _PLAIN.match(s) and s.lower().lstrip(".") not in _YAML_WORDS and not _FLOAT.match(s):
+        return s
     try:
         value = yaml.safe_load(s)
     except yaml.YAMLError:

@@ -14,6 +14,8 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import io
+import math
 import signal
 import sys
 import threading
@@ -62,7 +64,12 @@ PROBES: tuple[Probe, ...] = (
     Probe(_LONG + "so it is probably seven", True, False, "long", "wrong, no answer, long"),
     Probe("", True, False, "empty", "empty"),
 )
-_TIMEOUT_S = 20
+#: seconds a probed reward function (its import, then all its probe calls) may take; --probe-timeout changes it
+TIMEOUT_S = 20.0
+
+
+class _Hang(BaseException):
+    """Raised by the alarm inside user code; not an Exception subclass the user's own handlers expect."""
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -73,33 +80,63 @@ def split_target(target: str) -> tuple[str, str]:
     return target, "compute_score"
 
 
-def load_reward_fn(target: str) -> tuple[Callable[..., Any], str]:
-    """Import the module named by ``PATH[:NAME]`` (this runs its top level) and return the function."""
+def _tail(buf: io.StringIO) -> str:
+    """The last lines the user's code printed, for an error message."""
+    lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()][-3:]
+    return ("; it printed: " + " | ".join(ln[:160] for ln in lines)) if lines else ""
+
+
+def load_reward_fn(target: str, timeout: float | None = None) -> tuple[Callable[..., Any], str]:
+    """Import the module named by ``PATH[:NAME]`` (this runs its top level) and return the function.
+
+    What the module prints goes to a buffer (quoted in an error), never to the audit's own stdout,
+    which may be JSON. ``sys.exit`` at import, an exception, or an import that does not finish within
+    ``timeout`` seconds is the user's error (:class:`InputError`, exit 2), named with the module.
+    """
     path, name = split_target(target)
     label = f"{path}:{name}"
+    limit = TIMEOUT_S if timeout is None else timeout
+    buf = io.StringIO()
     try:
-        if path.startswith("pkg://"):
-            module = importlib.import_module(path[len("pkg://"):])
-        else:
-            file = Path(path[len("file://"):] if path.startswith("file://") else path)
-            if not file.is_file():
-                raise InputError(path, "no such reward-function file")
-            name_ = f"_phantom_probe_{abs(hash(file.resolve()))}"
-            spec = importlib.util.spec_from_file_location(name_, file)
-            if spec is None or spec.loader is None:
-                raise InputError(path, "cannot import this file as Python")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name_] = module  # as verl's loader does; dataclasses in the module need it
-            spec.loader.exec_module(module)
+        with _time_limit(limit, f"importing {path}"), contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            module = _import(path)
     except InputError:
         raise
+    except SystemExit as exc:
+        raise InputError(path, f"importing the reward module called sys.exit({exc.code!r}), so there is no function "
+                               f"to probe{_tail(buf)}") from None
+    except _Hang:
+        raise InputError(path, f"importing the reward module did not finish within {limit:g} s (its top level "
+                               f"hangs or waits for something){_tail(buf)}; raise --probe-timeout if it is slow") from None
     except Exception as exc:  # the user's module failed to import: say how
-        raise InputError(path, f"importing the reward function failed: {type(exc).__name__}: {exc}") from None
+        raise InputError(path, f"importing the reward function failed: {type(exc).__name__}: {exc}{_tail(buf)}") \
+            from None
     fn = getattr(module, name, None)
     if not callable(fn):
         found = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_"))
         raise InputError(path, f"no function {name!r} in it; functions found: {', '.join(found) or 'none'}")
     return fn, label
+
+
+def _import(path: str) -> Any:
+    try:
+        if path.startswith("pkg://"):
+            return importlib.import_module(path[len("pkg://"):])
+        file = Path(path[len("file://"):] if path.startswith("file://") else path)
+        if not file.is_file():
+            raise InputError(path, "no such reward-function file")
+        name_ = f"_phantom_probe_{abs(hash(file.resolve()))}"
+        spec = importlib.util.spec_from_file_location(name_, file)
+        if spec is None or spec.loader is None:
+            raise InputError(path, "cannot import this file as Python")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name_] = module  # as verl's loader does; dataclasses in the module need it
+        spec.loader.exec_module(module)
+        return module
+    except ModuleNotFoundError as exc:
+        if path.startswith("pkg://") and exc.name == path[len("pkg://"):].split(".")[0]:
+            raise InputError(path, f"no module {exc.name!r} is importable here") from None
+        raise
 
 
 @dataclass
@@ -199,21 +236,22 @@ def _number(v: Any) -> bool:
 
 
 @contextlib.contextmanager
-def _time_limit(seconds: int) -> Iterator[None]:
-    usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+def _time_limit(seconds: float, what: str = "the reward function") -> Iterator[None]:
+    """Interrupt Python code running past ``seconds`` (SIGALRM; main thread only, Unix)."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if not usable:
         yield
         return
 
     def stop(*_: Any) -> None:
-        raise TimeoutError(f"the reward function did not return within {seconds} s")
+        raise _Hang(f"{what} did not return within {seconds:g} s")
 
     old = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
 
 
@@ -248,30 +286,50 @@ def _scalar(value: Any) -> float:
 
 
 def probe(fn: Callable[..., Any], target: str, *, reward_kwargs: dict[str, Any] | None = None,
-          data_source: str = "openai/gsm8k") -> ProbeResult:
-    """Run the probes through ``fn`` the way verl (or TRL) would call it."""
+          data_source: str = "openai/gsm8k", timeout: float | None = None) -> ProbeResult:
+    """Run the probes through ``fn`` the way verl (or TRL) would call it.
+
+    The user's errors are :class:`InputError` (exit 2), named: a function that hangs past ``timeout``
+    seconds, raises ``SystemExit``, fails on every probe, or returns NaN or an infinity (verl would
+    train on it; no filter or normalization survives a NaN).
+    """
     style = _style(fn)
     res = ProbeResult(target, style)
     kw = dict(reward_kwargs or {})
-    with _time_limit(_TIMEOUT_S):
-        if style == "verl":
-            for pr in PROBES:
-                row = ProbeRow(pr.text, pr.wrong, probe=pr)
-                try:
-                    out = _call(fn, {"data_source": data_source, "solution_str": pr.text, "ground_truth": GOLD,
-                                     "extra_info": {}, **kw})
-                    row.result = out
-                    row.score = _scalar(out["score"] if isinstance(out, dict) else out)
-                except TimeoutError:
-                    raise
-                except Exception as exc:  # a probe the function rejects is reported, not fatal
-                    row.error = f"{type(exc).__name__}: {exc}"
-                res.rows.append(row)
-        else:
-            res.rows = _probe_trl(fn, kw)
+    limit = TIMEOUT_S if timeout is None else timeout
+    buf = io.StringIO()
+    try:
+        with _time_limit(limit, target), contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            if style == "verl":
+                for pr in PROBES:
+                    row = ProbeRow(pr.text, pr.wrong, probe=pr)
+                    try:
+                        out = _call(fn, {"data_source": data_source, "solution_str": pr.text, "ground_truth": GOLD,
+                                         "extra_info": {}, **kw})
+                        row.result = out
+                        row.score = _scalar(out["score"] if isinstance(out, dict) else out)
+                    except Exception as exc:  # a probe the function rejects is reported, not fatal
+                        row.error = f"{type(exc).__name__}: {exc}"
+                    res.rows.append(row)
+            else:
+                res.rows = _probe_trl(fn, kw)
+    except _Hang:
+        raise InputError(target, f"the reward function did not return within {limit:g} s on the probe answers (it "
+                                 f"hangs, or waits for a server or a lock){_tail(buf)}; raise --probe-timeout if it "
+                                 "is only slow") from None
+    except SystemExit as exc:
+        raise InputError(target, f"the reward function called sys.exit({exc.code!r}) on a probe answer{_tail(buf)}") \
+            from None
     if not res.ok:
         first = res.rows[0].error if res.rows else "no result"
-        raise InputError(target, f"the reward function failed on every probe input ({first})")
+        raise InputError(target, f"the reward function failed on every probe input ({first}){_tail(buf)}")
+    bad = [r for r in res.ok if r.score is not None and not math.isfinite(r.score)]
+    if bad:
+        r = bad[0]
+        raise InputError(target, f"the reward function returned {r.score} for the probe "
+                                 f"'{r.probe.label if r.probe else r.response[:30]}' ({len(bad)} of {len(res.ok)} "
+                                 "probes not finite); a NaN or infinite reward poisons the group mean and std, so "
+                                 "verl and TRL would train on it: return a finite number (0.0 for no credit)")
     return res
 
 
@@ -284,8 +342,6 @@ def _probe_trl(fn: Callable[..., Any], kw: dict[str, Any]) -> list[ProbeRow]:
     for completions in (texts, [[{"role": "assistant", "content": t}] for t in texts]):
         try:
             out = list(_call(fn, {**base, "completions": completions}))
-        except TimeoutError:
-            raise
         except Exception as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
             continue

@@ -1,14 +1,15 @@
 """Turn a config file of any supported form into a :class:`~phantom.audit.model.ConfigDoc`.
 
-Forms: verl YAML (a Hydra config, or the composed ``.hydra/config.yaml``), JSON, a Hydra override
-list (``.hydra/overrides.yaml`` or a text file with one ``key=value`` per line), a bash launch
-script, and TRL ``GRPOConfig`` settings as YAML, JSON or keyword arguments in a Python file. Python
-is read with :mod:`ast` only: a training script is never imported or run.
+Forms: verl YAML (a Hydra config, or the composed ``.hydra/config.yaml``), EasyR1 and NeMo-RL YAML
+(NeMo-RL's ``defaults:`` base read underneath), JSON, a Hydra override list
+(``.hydra/overrides.yaml`` or a text file with one ``key=value`` per line), a bash launch script
+(:mod:`phantom.audit.shell`), TRL ``GRPOConfig`` settings as YAML or JSON, and TRL keyword
+arguments in a Python file (:mod:`phantom.audit.trl_python`, read with :mod:`ast` only: a training
+script is never imported or run).
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from pathlib import Path
@@ -16,15 +17,18 @@ from typing import Any
 
 import yaml
 
+from phantom.audit.locate import locate
 from phantom.audit.model import ConfigDoc, Entry, InputError, ReadInfo, Unresolved
 from phantom.audit.overrides import looks_like_overrides, read_override_lines
 from phantom.audit.shell import read_shell, script_dir_loader
 from phantom.audit.text import read_text
+from phantom.audit.trainers import NEMO_GRPO_MATH_BASE
+from phantom.audit.trl_python import read_python
 
 __all__ = ["KINDS", "LAB_KEYS", "VERL_TOP_KEYS", "TRL_KEYS", "read_config", "read_configs", "read_python"]
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when available (10x faster)
 
-KINDS: tuple[str, ...] = ("verl", "trl", "lab")
+KINDS: tuple[str, ...] = ("verl", "trl", "lab", "easyr1", "nemo")
 #: Keys of a phantom lab arm spec (``phantom.lab.spec.ArmSpec``).
 LAB_KEYS = frozenset({"arm", "estimator", "sampling", "drop", "rollouts", "max_gen_batches", "gen_prompts"})
 #: Top-level keys of a verl (Hydra) config, including the legacy ones 0.9.x still accepts.
@@ -35,7 +39,9 @@ TRL_KEYS = frozenset({"reward_funcs", "reward_weights", "scale_rewards", "loss_t
                       "multi_objective_aggregation", "mask_truncated_completions", "max_completion_length",
                       "epsilon_high", "importance_sampling_level", "use_vllm", "reward_model_name_or_path",
                       "beta", "num_iterations", "generation_batch_size"})
-_TRL_CALL = re.compile(r"GRPO\w*(Config|Trainer)$")  # GRPOConfig, AsyncGRPOTrainer, GRPOWithReplayBufferConfig
+#: top-level sections only EasyR1's PPOConfig (``worker``) or NeMo-RL's master config (``grpo`` + ``policy``) has
+_EASYR1_TOP = frozenset({"worker"})
+_NEMO_TOP = frozenset({"policy", "env", "loss_fn", "cluster", "checkpointing"})
 
 
 def read_config(path: str, *, kind: str | None = None) -> ConfigDoc:
@@ -64,7 +70,7 @@ def _read(path: str, text: str, kind: str | None) -> list[ConfigDoc]:
     suffix = Path(path).suffix.lower()
     first = text.lstrip().splitlines()[0]
     if suffix in (".sh", ".bash", ".slurm", ".sbatch") or (first.startswith("#!") and "sh" in first.split("/")[-1]):
-        return read_shell(path, text, script_dir_loader(path, lambda p: read_config(p, kind="trl")))
+        return read_shell(path, text, script_dir_loader(path, lambda p, k: read_config(p, kind=k)))
     if suffix == ".py":
         return [_counted(read_python(path, text), "Python (GRPOConfig/GRPOTrainer keyword arguments)")]
     if Path(path).is_dir():
@@ -175,6 +181,12 @@ def _detect_kind(path: str, entries: list[Entry], kind: str | None) -> str:
     top = {e.key.split(".")[0] for e in entries}
     if "arm" in top and len(top & LAB_KEYS) >= 2:
         return "lab"
+    if top & _EASYR1_TOP and top & {"algorithm", "data", "trainer"}:
+        return "easyr1"
+    nemo_base = next((e.value for e in entries if e.key == "defaults" and isinstance(e.value, str)
+                      and e.value.endswith((".yaml", ".yml"))), None)
+    if ("grpo" in top and (top & _NEMO_TOP or nemo_base)) or (nemo_base and top & _NEMO_TOP and "grpo" in nemo_base):
+        return "nemo"  # NeMo-RL: a GRPO master config, or an overlay on a GRPO base
     verl, trl = top & VERL_TOP_KEYS, top & TRL_KEYS
     if verl and not (trl and len(trl) > len(verl)):
         return "verl"
@@ -182,14 +194,40 @@ def _detect_kind(path: str, entries: list[Entry], kind: str | None) -> str:
         return "trl"
     raise InputError(path, f"not a verl or TRL config: none of its top-level keys ({', '.join(sorted(top)[:8])}) "
                            f"is a verl section ({', '.join(sorted(VERL_TOP_KEYS))}) or a TRL GRPOConfig field "
-                           f"({', '.join(sorted(TRL_KEYS))}); pass --kind verl|trl")
+                           f"({', '.join(sorted(TRL_KEYS))}), nor EasyR1's `worker` or NeMo-RL's `grpo`; pass --kind "
+                           f"{'|'.join(KINDS)}")
 
 
-def _from_mapping(path: str, entries: list[Entry], form: str, kind: str | None) -> ConfigDoc:
+def _from_mapping(path: str, entries: list[Entry], form: str, kind: str | None, depth: int = 0) -> ConfigDoc:
     doc = ConfigDoc(path, _detect_kind(path, entries, kind), form)
+    notes = []
+    if doc.kind == "nemo":  # NeMo-RL: `defaults: base.yaml` (relative to this file) is loaded underneath
+        base = next((e.value for e in entries if e.key == "defaults"), None)
+        for name in ([base] if isinstance(base, str) else base if isinstance(base, list) else []):
+            found = locate(str(name), path) if depth < 5 else None
+            if found is None and re.search(r"(^|/)grpo_math_\w+\.ya?ml$", str(name)):
+                notes.append(f"its defaults file {name} was not found here: read as NeMo-RL's shipped GRPO math base "
+                             "(math environment, normalize_rewards, no reward shaping, no dynamic sampling)")
+                for k, v in NEMO_GRPO_MATH_BASE.items():
+                    doc.set(Entry(k, v, path, None, f"defaults: {name}"))
+                continue
+            if found is None or not str(name).endswith((".yaml", ".yml")):
+                notes.append(f"its defaults file {name} was not found: NeMo-RL's defaults are assumed for what it sets")
+                continue
+            try:
+                under = _from_mapping(str(found), _read_yaml(str(found), read_text(str(found))[0])[1], "yaml", "nemo",
+                                      depth + 1)
+            except InputError as exc:
+                notes.append(f"its defaults file {name} could not be read ({exc.message})")
+                continue
+            notes.append(f"read its defaults file {name} underneath")
+            for e in under.entries.values():
+                doc.set(e)
     for e in entries:
         doc.set(e)
-    return _counted(doc, f"{form.upper()} mapping")
+    doc = _counted(doc, f"{form.upper()} mapping")
+    doc.read.notes += notes
+    return doc
 
 
 def _manifest(path: str, text: str) -> ConfigDoc | None:
@@ -226,101 +264,4 @@ def _manifest(path: str, text: str) -> ConfigDoc | None:
     doc = ConfigDoc(path, "lab", "manifest")
     for k, v in obj["spec"].items():
         doc.set(Entry(str(k), v, path, None))
-    return doc
-
-
-# ------------------------------------------------------------------------------------------------
-# TRL in Python, parsed (never run)
-# ------------------------------------------------------------------------------------------------
-def _call_name(func: ast.expr) -> str:
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return ""
-
-
-def _module_assigns(tree: ast.Module) -> dict[str, ast.expr]:
-    out: dict[str, ast.expr] = {}
-    for stmt in tree.body:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-            out[stmt.targets[0].id] = stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-            out[stmt.target.id] = stmt.value
-    return out
-
-
-def _literal(node: ast.expr, assigns: dict[str, ast.expr], text: str) -> Any:
-    target = assigns.get(node.id, node) if isinstance(node, ast.Name) else node
-    try:
-        return ast.literal_eval(target)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return Unresolved(ast.get_source_segment(text, node) or ast.unparse(node))
-
-
-def _func_names(node: ast.expr, assigns: dict[str, ast.expr], doc: ConfigDoc | None = None) -> list[str]:
-    """Names of the reward functions in ``reward_funcs=...`` (a list, a tuple, or one function).
-
-    ``outcome_gated(acc, fmt, num_generations=8)`` (``phantom.trl``'s gate) yields its arguments and
-    marks the document ``outcome_gated``: shaping then counts only in groups with an outcome contrast.
-    """
-    if isinstance(node, ast.Name) and isinstance(assigns.get(node.id), (ast.List, ast.Tuple, ast.Call)):
-        node = assigns[node.id]
-    if isinstance(node, ast.Call) and _call_name(node.func) == "outcome_gated":
-        if doc is not None:
-            doc.mentions.add("outcome_gated")
-        node = ast.List(elts=list(node.args))
-    elements = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
-    names = []
-    for el in elements:
-        if isinstance(el, ast.Call):
-            el = el.func
-        if isinstance(el, ast.Constant):
-            names.append(str(el.value))
-        else:
-            names.append(ast.unparse(el))
-    return names
-
-
-def read_python(path: str, text: str) -> ConfigDoc:
-    """TRL settings from ``GRPOConfig(...)`` and ``GRPOTrainer(reward_funcs=...)`` calls in a file."""
-    try:
-        tree = ast.parse(text, filename=path)
-    except SyntaxError as exc:
-        raise InputError(path, f"invalid Python: {exc.msg}", exc.lineno) from None
-    assigns = _module_assigns(tree)
-    doc = ConfigDoc(path, "trl", "python")
-    seen = False
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            mods = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-            names = [a.name for a in node.names]
-            for m in mods + names:
-                if "grpo_with_replay_buffer" in m or "GRPOWithReplayBuffer" in m:
-                    doc.mentions.add("grpo_with_replay_buffer")
-                if "async_grpo" in m or m.startswith("AsyncGRPO"):
-                    doc.mentions.add("async_grpo")
-        if isinstance(node, ast.Call) and _call_name(node.func).startswith("AsyncGRPO"):
-            doc.mentions.add("async_grpo")
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "frac_reward_zero_std" in node.value:
-            doc.mentions.add("frac_reward_zero_std")
-        if not isinstance(node, ast.Call) or not _TRL_CALL.search(_call_name(node.func)):
-            continue
-        seen = True
-        is_trainer = _call_name(node.func).endswith("Trainer")
-        for kw in node.keywords:
-            if kw.arg is None:  # GRPOConfig(**settings): read a module-level dict literal
-                value = _literal(kw.value, assigns, text)
-                if isinstance(value, dict):
-                    for k, v in value.items():
-                        doc.set(Entry(str(k), v, path, kw.value.lineno))
-                continue
-            if is_trainer and kw.arg != "reward_funcs":
-                continue
-            value = _func_names(kw.value, assigns, doc) if kw.arg == "reward_funcs" else \
-                _literal(kw.value, assigns, text)
-            doc.set(Entry(kw.arg, value, path, kw.lineno, ast.get_source_segment(text, kw)))
-    if not seen:
-        raise InputError(path, "no GRPOConfig(...) or GRPOTrainer(...) call found; a Python input is read as "
-                               "TRL settings (pass a verl reward function with --reward-fn instead)")
     return doc

@@ -1,6 +1,6 @@
 """The audit's result: per-input findings, rendered as text for people, JSON for CI, SARIF for code hosts.
 
-The JSON form is stable (``"schema": 2``, described in ``docs/audit_json.md`` and checked by
+The JSON form is stable (``"schema": 3``, described in ``docs/audit_json.md`` and checked by
 ``tests/test_audit_json.py``): fields are only ever added within a schema number. Every input says
 what was read (``read``), so a CI job can tell "clean" from "read nothing".
 """
@@ -19,7 +19,7 @@ from phantom.audit.probe import ProbeResult
 
 __all__ = ["SCHEMA", "InputReport", "Report", "render_json", "render_sarif", "render_text"]
 
-SCHEMA = 2
+SCHEMA = 3
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 
@@ -35,6 +35,7 @@ class InputReport:
     label: str | None = None  # which trainer command of a script
     read: ReadInfo | None = None
     internal: bool = False  # the error is a bug of the audit (exit 3), not a bad input
+    trainer_label: str | None = None  # the entry point in words (phantom.audit.trainers)
 
     @property
     def name(self) -> str:
@@ -83,6 +84,7 @@ def _facts_dict(f: RewardFacts | None) -> dict[str, Any] | None:
 def _finding_dict(f: Finding) -> dict[str, Any]:
     d = f.to_dict()
     d["fix_overrides"] = list(f.fix_overrides)
+    d["fix_args"] = list(f.fix_args)
     d["keys"] = list(f.keys) or ([f.key] if f.key else [])
     return d
 
@@ -92,6 +94,7 @@ def render_json(rep: Report) -> str:
     for r in rep.inputs:
         inputs.append({
             "path": r.path, "label": r.label, "kind": r.kind, "form": r.form, "trainer": r.trainer,
+            "trainer_label": r.trainer_label,
             "read": r.read.to_dict() if r.read is not None else None, "reward": _facts_dict(r.facts),
             "findings": [_finding_dict(f) for f in r.findings],
             "error": None if r.error is None else {"message": r.error.message, "line": r.error.line,
@@ -169,7 +172,10 @@ def render_text(rep: Report) -> str:
     clean = 0
     for r in rep.inputs:
         kind = " ".join(x for x in (r.kind, r.form) if x)
-        head = f"{r.name}  [{kind}" + (f", trainer: {r.trainer}" if r.trainer else "") + "]" if kind else r.name
+        trainer = r.trainer_label or r.trainer
+        if r.trainer_label and r.trainer and r.trainer.endswith("(assumed)"):
+            trainer += " (assumed)"
+        head = f"{r.name}  [{kind}" + (f", trainer: {trainer}" if trainer else "") + "]" if kind else r.name
         lines.append(head)
         if r.error is not None:
             lines.append(f"  {'internal error' if r.internal else 'unreadable'}: {r.error}")

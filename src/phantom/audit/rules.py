@@ -8,7 +8,7 @@ PH002  float-reward-acc                 the reward returns a float, so verl's ``
 PH003  non-binary-acc                   the reward's ``acc`` is not 0/1
 PH004  filter-metric-missing            the filter metric is not produced; verl raises at step 1
 PH005  filter-metric-unset              filter enabled with ``metric: null`` (0.9.0, verl-recipe)
-PH006  filter-ignored-legacy-trainer    ``trainer.use_v1=False`` under main_ppo: no group filter
+PH006  filter-ignored-legacy-trainer    the trainer reads no group filter (``use_v1=False``, fully-async, ...)
 PH010  std-norm-with-shaping            std-normalized GRPO, composite reward, no outcome gate
 PH011  std-norm-flag-ignored            ``grpo_vectorized``/``gdpo`` ignore ``norm_adv_by_std_in_grpo=False``
 PH012  gdpo-normalizes-shaping-key      GDPO z-scores a shaping reward key inside each group
@@ -23,16 +23,20 @@ PH040  legacy-reward-key-ignored        legacy reward keys verl 0.9.1 accepts an
 PH041  overlong-without-dapo-manager    overlong buffer set but the reward manager is not ``dapo``
 PH042  legacy-key-rejected              legacy keys verl 0.9.1 rejects: the run does not start
 PH043  key-needs-plus                   a key missing from verl's config, overridden without ``+``
+PH044  plus-on-existing-key             ``+key=value`` on a key the config has: Hydra refuses to start
+PH045  key-not-in-config                ``key=value`` (or ``~key``) on a key the config lacks: Hydra refuses
 PH050  reward-shape-unknown             the audit cannot tell whether the reward is composite
+PH051  estimator-unresolved             ``adv_estimator`` comes from something the audit cannot resolve
 PH060  nothing-read                     a trainer command whose settings the audit could not read
 PH061  input-cleaned                    control characters, colour codes or CRLF the trainer would choke on
+PH062  unknown-entrypoint               an entry point the audit does not model: read as main_ppo
 =====  ===============================  ==============================================================
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from phantom.audit.facts import (
@@ -44,6 +48,7 @@ from phantom.audit.facts import (
     RewardFacts,
     metric_signal,
 )
+from phantom.audit.hydra_rules import hydra_findings
 from phantom.audit.legacy import legacy_findings
 from phantom.audit.model import Finding, Unresolved, chapter
 from phantom.audit.schema import Settings
@@ -56,6 +61,8 @@ RULES: dict[str, tuple[str, str]] = {
     for m in re.finditer(r"^(PH\d{3})\s+(\S+)\s+(.+)$", __doc__ or "", re.M)
 }
 
+#: rules about whether the config composes at all (they do not depend on the trainer's semantics)
+_CONFIG_RULES = frozenset({"PH042", "PH043", "PH044", "PH045"})
 _WHY_PHANTOM = ("an all-fail group still has spread in a shaped score, so it survives this filter and std "
                 "normalization turns the shaping noise into full-size advantages (paper §5: EM 0.754 vs 0.040)")
 _ACC_OV = ("algorithm.filter_groups.metric=acc",)
@@ -131,18 +138,72 @@ def _refill(s: Settings, measured: AllSame | None, filter_on: bool | None, shape
                {"algorithm.filter_groups.max_num_gen_batches": max(est.suggest, m + 1)})]
 
 
+def _amplified(s: Settings) -> bool | None:
+    """Does the estimator divide each group by its std? (None: the estimator cannot be resolved.)"""
+    est = s.value("algorithm.adv_estimator")
+    if isinstance(est, Unresolved) or not isinstance(est, str):
+        return None
+    if est in STD_ALWAYS_ESTIMATORS:
+        return True
+    return est in GROUP_STD_ESTIMATORS and s.flag("algorithm.norm_adv_by_std_in_grpo") is not False
+
+
+def _why_not_amplified(s: Settings) -> str:
+    est = s.value("algorithm.adv_estimator")
+    if est in GROUP_STD_ESTIMATORS:
+        return "norm_adv_by_std_in_grpo=False (Dr. GRPO) does not divide by the group std"
+    return f"adv_estimator={est} does not divide by the group std"
+
+
+def _estimator_findings(s: Settings, f: RewardFacts) -> list[Finding]:
+    """PH051 (the estimator is unresolved) and PH062 (an entry point the audit does not model)."""
+    out = []
+    est_key = "algorithm.adv_estimator"
+    est = s.value(est_key)
+    if isinstance(est, Unresolved):
+        opts = f" (seen: {', '.join(est.options)})" if est.options else ""
+        out.append(_f("PH051", "estimator-unresolved", "warning", s, est_key,
+                      f"adv_estimator comes from `{est}`{opts}, which the audit cannot resolve"
+                      + (f" ({est.why})" if est.why else "") + f"; the reward is {f.verdict}",
+                      "if it is grpo (or another estimator that divides by the group std) the phantom rules apply; "
+                      "the audit cannot call the run clean without knowing", "set algorithm.adv_estimator in the "
+                      "file, or audit the override list the run is launched with", "estimators"))
+    if s.entrypoint_assumed or s.spec.modelled:
+        return out
+    if s.spec.name.startswith("unknown:"):
+        msg = (f"`{s.spec.name[len('unknown:'):]}` is an entry point the audit does not know: read as main_ppo; "
+               "findings may not apply")
+    else:
+        msg = f"{s.spec.label}: {s.spec.note}; findings below assume verl's own semantics and may not apply"
+    out.append(_f("PH062", "unknown-entrypoint", "warning", s, None, msg,
+                  "each trainer reads its own config: a key verl's main_ppo honours may be ignored or mean something "
+                  "else here, so a clean report would be a guess", "audit a launch of a trainer the audit knows "
+                  "(phantom audit --help lists them), or pass --entrypoint NAME if this one wraps one of them",
+                  "reference"))
+    return out
+
+
 def verl_findings(s: Settings, f: RewardFacts, *, all_same: AllSame | None = None) -> list[Finding]:
-    out = legacy_findings(s)
+    out = legacy_findings(s) + hydra_findings(s) + _estimator_findings(s, f)
     en_key, m_key = "algorithm.filter_groups.enable", "algorithm.filter_groups.metric"
     enabled = s.flag(en_key)
     maybe = enabled is None and s.is_set(en_key)  # set through something unresolved
-    if enabled and s.trainer == "main_ppo" and s.flag("trainer.use_v1") is False:
-        out.append(_f("PH006", "filter-ignored-legacy-trainer", "warning", s, "trainer.use_v1",
-                      "group filtering is enabled but trainer.use_v1=False runs the legacy trainer, which has no "
-                      "group filter", "the filter you configured never runs, so dead and phantom groups all train",
-                      "trainer.use_v1=True (the 0.9.x default), or verl-recipe's DAPO trainer", "verl",
-                      ("trainer.use_v1=True",), {"trainer.use_v1": True}))
-        enabled = False
+    ignored = None
+    if (enabled or maybe) and s.spec.filter is None:
+        ignored = f"{s.spec.label} reads no algorithm.filter_groups ({s.spec.source.split(': ', 1)[-1][:160]})"
+    elif (enabled or maybe) and s.trainer == "main_ppo" and s.flag("trainer.use_v1") is False:
+        ignored = "trainer.use_v1=False runs the legacy trainer, which has no group filter"
+    if ignored:
+        out.append(_f("PH006", "filter-ignored-legacy-trainer", "warning", s, en_key if s.is_set(en_key) else
+                      "trainer.use_v1", f"group filtering is enabled but {ignored}",
+                      "the filter you configured never runs, so dead and phantom groups all train",
+                      "trainer.use_v1=True with verl.trainer.main_ppo (the 0.9.x default), or verl-recipe's DAPO "
+                      "trainer" if s.spec.filter is not None else "a trainer that filters groups (verl main_ppo with "
+                      "trainer.use_v1=True, or recipe.dapo.main_dapo), or an outcome-gated estimator "
+                      "(algorithm.adv_estimator=phantom_grpo_outcome)", "verl",
+                      ("trainer.use_v1=True",) if s.spec.filter is not None else (),
+                      {"trainer.use_v1": True} if s.spec.filter is not None else None))
+        enabled, maybe = False, False
     metric = s.value(m_key)
     sig = metric_signal(metric, s, f) if metric is not None else None
     active = bool(enabled) or maybe
@@ -170,12 +231,16 @@ def verl_findings(s: Settings, f: RewardFacts, *, all_same: AllSame | None = Non
                           "verl raises at the first step ('Finished groups are missing DAPO metric' in 0.9.1, a "
                           "KeyError in the recipe trainer)", _FIX_ACC, "filter", _ACC_OV, _ACC_EXP))
         elif metric in SHAPED_METRICS and sig.shaped is not False:
-            sev = cap("error") if sig.shaped else "warning"
+            amp = _amplified(s)
+            sev = (cap("error") if sig.shaped else "warning") if amp is not False else "info"
+            tail = "" if amp is not False else (
+                f"; but {_why_not_amplified(s)}, so the phantom groups it keeps get advantages the size of the "
+                "shaping, not full-size ones")
             out.append(_f("PH001", "filter-on-shaped-metric", sev, s, loc,
                           f"the group filter reads `{metric}`{default}: {sig.why}; here it "
-                          + ("carries the shaping" if sig.shaped else "may carry shaping (the audit cannot tell)"),
-                          _WHY_PHANTOM, _FIX_ACC + "; or drop std normalization (algorithm."
-                          "norm_adv_by_std_in_grpo=False)", "filter", _ACC_OV, _ACC_EXP))
+                          + ("carries the shaping" if sig.shaped else "may carry shaping (the audit cannot tell)") + tail,
+                          _WHY_PHANTOM, _FIX_ACC + ("; or drop std normalization (algorithm.norm_adv_by_std_in_grpo="
+                                                    "False)" if amp else ""), "filter", _ACC_OV, _ACC_EXP))
         elif metric not in SHAPED_METRICS and sig.shaped is not False and metric != "acc":
             out.append(_f("PH003", "non-binary-acc", cap("error") if sig.shaped else "warning", s, loc,
                           f"the group filter reads `{metric}`: {sig.why}" +
@@ -195,13 +260,16 @@ def verl_findings(s: Settings, f: RewardFacts, *, all_same: AllSame | None = Non
                       "overlong penalty; the other managers ignore reward_kwargs.overlong_buffer_cfg",
                       "reward.reward_manager.name=dapo", "verl", ("reward.reward_manager.name=dapo",),
                       {"reward.reward_manager.name": "dapo"}))
+    if not s.spec.modelled:  # the rules assume verl's semantics; this trainer's own may differ
+        out = [replace(x, severity="warning") if x.severity == "error" and x.rule not in _CONFIG_RULES else x
+               for x in out]
     if f.composite is None:
         hint = f" (the config names {f.custom_path})" if isinstance(f.custom_path, str) else ""
         out.append(_f("PH050", "reward-shape-unknown", "info", s, "reward.custom_reward_function.path",
                       "the audit cannot tell whether the reward scores failures differently" + hint,
                       "findings that depend on it are warnings instead of errors",
                       "pass --reward-fn PATH[:NAME] (imported and called on 8 probe answers) or --shaped/--no-shaped",
-                      "rules"))
+                      "reference"))
     return out
 
 
@@ -222,18 +290,18 @@ def _acc_findings(s: Settings, f: RewardFacts, filter_reads_acc: bool, cap: Any,
                       "a shaped `acc` hides the outcome from the filter, the validation headline and dashboards",
                       "return a dict: {'score': shaped, 'acc': float(outcome)}" + (
                           " from a custom reward function (reward.custom_reward_function.path) that wraps the "
-                          "built-in scorer" if builtin else ""), "filter"))
+                          "built-in scorer" if builtin else ""), "defaults"))
     elif f.returns in ("dict", "mixed") and f.acc_binary is False:
         out.append(_f("PH003", "non-binary-acc", cap("error") if filter_reads_acc else "warning", s, path_key,
                       "the reward dict's `acc` is not 0/1" + (", and the group filter reads it" if filter_reads_acc
                                                                else ""),
                       _WHY_PHANTOM if filter_reads_acc else "verl reports `acc` as the validation accuracy",
-                      "make `acc` the binary outcome and put partial credit or shaping in `score`", "filter"))
+                      "make `acc` the binary outcome and put partial credit or shaping in `score`", "defaults"))
     elif filter_reads_acc and f.returns is None and f.acc_binary is None and f.score_shaped is not False:
         out.append(_f("PH002", "float-reward-acc", "warning", s, loc,
                       "the filter reads `acc`, which is binary only if the reward function returns a dict with a "
                       "binary `acc`; a float return makes acc = the shaped score",
-                      _WHY_PHANTOM, "check it with --reward-fn PATH[:NAME]; " + _FIX_ACC, "filter"))
+                      _WHY_PHANTOM, "check it with --reward-fn PATH[:NAME]; " + _FIX_ACC, "defaults"))
     return out
 
 

@@ -1,8 +1,9 @@
 """What an unset key means: verl 0.9.x and TRL defaults, value checks, legacy-key migration.
 
 The defaults are copied from verl 0.9.1's ``trainer/config/ppo_trainer.yaml`` (a test checks them
-against the installed wheel), from 0.9.0 where they differ (``filter_groups.metric: null``), and
-from verl-recipe's ``dapo/config/dapo_trainer.yaml``. A value of the wrong type is an unreadable
+against the installed wheel), from 0.9.0 where they differ (``filter_groups.metric: null``); each
+trainer's own config changes some of them (:mod:`phantom.audit.trainers`, e.g. verl-recipe's
+``dapo_trainer.yaml``). A value of the wrong type is an unreadable
 input (exit 2), named with its file, line and the allowed values.
 """
 
@@ -12,12 +13,14 @@ import re
 from typing import Any
 
 from phantom.audit.model import ConfigDoc, Entry, InputError, Unresolved
+from phantom.audit.trainers import TRAINERS, Trainer, by_name, unknown_verl
 
-__all__ = ["VERL_VERSIONS", "VERL_DEFAULTS", "RECIPE_DEFAULTS", "TRL_DEFAULTS", "LAB_DEFAULTS", "ENTRYPOINTS", "Settings",
+__all__ = ["VERL_VERSIONS", "VERL_DEFAULTS", "TRL_DEFAULTS", "LAB_DEFAULTS", "ENTRYPOINTS", "Settings",
            "validate"]
 
 VERL_VERSIONS: tuple[str, ...] = ("0.9.1", "0.9.0")
-ENTRYPOINTS: tuple[str, ...] = ("main_ppo", "recipe")
+#: --entrypoint values: the verl family's registry names, and ``recipe`` (verl-recipe's DAPO main) as before
+ENTRYPOINTS: tuple[str, ...] = tuple(t.name for t in TRAINERS if t.family == "verl") + ("recipe",)
 
 _V091: dict[str, Any] = {
     "algorithm.adv_estimator": "gae",
@@ -39,13 +42,6 @@ _V091: dict[str, Any] = {
 VERL_DEFAULTS: dict[str, dict[str, Any]] = {
     "0.9.1": _V091,
     "0.9.0": {**_V091, "algorithm.filter_groups.metric": None},
-}
-#: verl-recipe's dapo_trainer.yaml on top of ppo_trainer (the classic DAPO loop, legacy trainer).
-RECIPE_DEFAULTS: dict[str, Any] = {
-    "reward.reward_manager.name": "dapo",
-    "algorithm.filter_groups.metric": None,
-    "data.gen_batch_size": "${data.train_batch_size}",
-    "trainer.use_v1": False,
 }
 TRL_DEFAULTS: dict[str, Any] = {
     "scale_rewards": "group",
@@ -145,15 +141,33 @@ def validate(doc: ConfigDoc) -> ConfigDoc:
     return doc
 
 
-class Settings:
-    """A config's effective values: what is set, else the default of the trainer that reads it."""
+#: legacy key -> the key it meant (what ``migrate_legacy_reward_impl`` copies, and the overlong buffer of
+#: older DAPO scripts, which it does not copy); a trainer that does not migrate ignores the legacy key, and
+#: the rules then judge the run as its author meant it (the fix of PH040/PH042 applied)
+LEGACY_MEANING: tuple[tuple[str, str], ...] = (
+    ("reward_model.overlong_buffer.", "reward.reward_kwargs.overlong_buffer_cfg."),
+    ("reward_model.reward_kwargs.", "reward.reward_kwargs."),
+    ("custom_reward_function.reward_kwargs.", "reward.custom_reward_function.reward_kwargs."),
+    ("custom_reward_function.", "reward.custom_reward_function."),
+    ("reward_model.reward_manager", "reward.reward_manager.name"),
+)
 
-    #: legacy top-level keys that verl-recipe mains migrate (``migrate_legacy_reward_impl``)
-    MIGRATED = {
-        "reward_model.reward_manager": "reward.reward_manager.name",
-        "custom_reward_function.path": "reward.custom_reward_function.path",
-        "custom_reward_function.name": "reward.custom_reward_function.name",
-    }
+
+def _swap(key: str, pairs: tuple[tuple[str, str], ...], reverse: bool = False) -> str | None:
+    for a, b in pairs:
+        src, dst = (b, a) if reverse else (a, b)
+        if key == src or (src.endswith(".") and key.startswith(src)):
+            return dst + key[len(src):] if src.endswith(".") else dst
+    return None
+
+
+class Settings:
+    """A config's effective values: what is set, else the default of the trainer that reads it.
+
+    ``spec`` is the trainer's registry entry (:mod:`phantom.audit.trainers`); ``trainer`` its rule
+    style (``main_ppo`` or ``recipe``). A canonical key (``reward.reward_kwargs.overlong_buffer_cfg.enable``)
+    is looked up where this trainer reads it (its ``aliases``), then under the legacy key that meant it.
+    """
 
     def __init__(self, doc: ConfigDoc, *, version: str = "0.9.1", entrypoint: str | None = None):
         if version not in VERL_VERSIONS:
@@ -161,33 +175,54 @@ class Settings:
         if entrypoint is not None and entrypoint not in ENTRYPOINTS:
             raise ValueError(f"entrypoint={entrypoint!r} is unknown; allowed: {', '.join(ENTRYPOINTS)}")
         self.doc, self.version = doc, version
-        self.entrypoint = entrypoint or doc.entrypoint
-        self.entrypoint_assumed = self.entrypoint is None and doc.kind == "verl"
+        name = entrypoint or doc.entrypoint
+        self.entrypoint_assumed = name is None and doc.kind == "verl"
+        self.spec: Trainer = self._spec(name)
+        self.entrypoint = self.spec.name
         if doc.kind == "trl":
             self.defaults = dict(TRL_DEFAULTS)
         elif doc.kind == "lab":
             self.defaults = dict(LAB_DEFAULTS)
         else:
             self.defaults = dict(VERL_DEFAULTS[version])
-            if self.entrypoint == "recipe":
-                self.defaults.update(RECIPE_DEFAULTS)
+            self.defaults.update(self.spec.defaults)
+
+    def _spec(self, name: str | None) -> Trainer:
+        if name is None:
+            return by_name("main_ppo")
+        if name.startswith("unknown:"):
+            return unknown_verl(name[len("unknown:"):])
+        try:
+            return by_name(name)
+        except KeyError:
+            return unknown_verl(name)
 
     @property
     def trainer(self) -> str:
-        """``main_ppo`` (also when assumed) or ``recipe``."""
-        return self.entrypoint or "main_ppo"
+        """``main_ppo`` (V1 semantics; also when assumed) or ``recipe`` (the DAPO loop)."""
+        return self.spec.style
+
+    def live_key(self, key: str) -> str:
+        """Where this trainer reads a canonical key (its own section for some recipes)."""
+        return _swap(key, self.spec.aliases) or key
+
+    def legacy_source(self, key: str) -> Entry | None:
+        """The legacy key that meant ``key``, when the doc sets it instead (None otherwise)."""
+        for old, new in LEGACY_MEANING:
+            if key == new or (new.endswith(".") and key.startswith(new)):
+                src = old + key[len(new):] if new.endswith(".") else old
+                if self.live_key(key) == src:
+                    continue  # that "legacy" key is what this trainer reads
+                e = self.doc.entry(src)
+                if e is not None:
+                    return e
+        return None
 
     def entry(self, key: str) -> Entry | None:
-        """Where ``key`` is set, following the recipe's legacy-key migration."""
-        e = self.doc.entry(key)
-        if e is None and self.trainer == "recipe":
-            for old, new in self.MIGRATED.items():
-                if new == key and self.doc.has(old):
-                    return self.doc.entry(old)
-            if key.startswith("reward.reward_kwargs."):
-                return self.doc.entry("reward_model." + key[len("reward."):])
-            if key.startswith("reward.custom_reward_function."):
-                return self.doc.entry(key[len("reward."):])
+        """Where ``key`` is set: its live key for this trainer, else the legacy key that meant it."""
+        e = self.doc.entry(self.live_key(key))
+        if e is None and self.doc.kind == "verl":
+            e = self.legacy_source(key)
         return e
 
     def is_set(self, key: str) -> bool:
@@ -196,7 +231,7 @@ class Settings:
     def value(self, key: str, _depth: int = 0) -> Any:
         """The effective value; ``${other.key}`` references are followed, others stay Unresolved."""
         e = self.entry(key)
-        value = e.value if e is not None else self.defaults.get(key)
+        value = e.value if e is not None else self.defaults.get(self.live_key(key), self.defaults.get(key))
         if isinstance(value, str) and "${" in value:
             m = _INTERP.match(value.strip())
             if m and _depth < 8:

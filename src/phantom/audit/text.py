@@ -84,6 +84,19 @@ def clean_text(text: str, notes: TextNotes | None = None) -> tuple[str, TextNote
     return text, notes
 
 
+def _binary(data: bytes) -> bool:
+    """Mostly not text: many NULs, or over 10% control bytes or bytes that do not decode as UTF-8."""
+    if not data:
+        return False
+    if data.count(b"\x00") > max(16, len(data) // 100):
+        return True
+    sample = data[:65536]
+    control = sum(1 for b in sample if b < 32 and b not in (9, 10, 12, 13, 27))
+    bad = sample.decode("utf-8", errors="replace").count("\ufffd") - sample.decode("utf-8", errors="ignore").count(
+        "\ufffd")
+    return (control + bad) > len(sample) // 10
+
+
 def read_text(path: str) -> tuple[str, TextNotes]:
     """The cleaned text of ``path`` (a run folder: its ``manifest.json``), or :class:`InputError`."""
     p = Path(path)
@@ -104,8 +117,9 @@ def read_text(path: str) -> tuple[str, TextNotes]:
         raise InputError(path, f"cannot read it ({exc.strerror or exc})") from None
     if len(data) > MAX_BYTES:  # grew while we looked, or a device file
         raise InputError(path, f"is larger than {MAX_BYTES // 1024} KiB; the audit reads configs up to that size")
-    if data and data.count(b"\x00") > max(16, len(data) // 100):
-        raise InputError(path, "is a binary file (many NUL bytes), not a config or launch script")
+    if _binary(data):
+        raise InputError(path, "is a binary file (not text: NUL or other control bytes, or bytes that are not "
+                               "UTF-8), not a config or launch script")
     notes = TextNotes()
     try:
         text = data.decode("utf-8")

@@ -55,7 +55,7 @@ def trl_findings(s: Settings, f: RewardFacts, trl_version: str | None = None) ->
                       "(the import fails)", "the replay-buffer trainer was removed; it also judged zero variance on "
                       "the summed reward, so phantom groups counted as live there too",
                       "use GRPOTrainer; to keep shaping out of all-fail groups, " + _gate_fix(f, scale_text),
-                      "filter", scale_kwargs))
+                      "defaults", scale_kwargs))
     if "async_grpo" in s.doc.mentions and exposed:
         out.append(_f("PH022", "trl-async-grpo-std", "error" if f.composite else "warning", s, "reward_funcs",
                       f"TRL's experimental AsyncGRPOTrainer computes (r - mean) / (std + 1e-8) per group, always, "
@@ -63,14 +63,14 @@ def trl_findings(s: Settings, f: RewardFacts, trl_version: str | None = None) ->
                       "every all-fail group whose reward still varies gets full-size advantages, and there is no "
                       "switch: the most phantom-prone trainer in TRL",
                       "gate the shaping on the outcome in the reward itself, or train with GRPOTrainer and "
-                      + _gate_fix(f, scale_text), "filter"))
+                      + _gate_fix(f, scale_text), "defaults"))
     if exposed and isinstance(scale, Unresolved) and "async_grpo" not in s.doc.mentions:
         out.append(_f("PH020", "trl-shaping-group-scale", "warning", s, key,
                       f"scale_rewards comes from `{scale}`, which the audit cannot resolve"
                       + (f" ({scale.why})" if scale.why else "") + f"; with 'group' (TRL's default) and this "
                       f"reward ({funcs}, {f.verdict}) all-fail groups get full-size advantages",
                       "in an all-fail group the reward still varies with the shaping terms, and dividing by the "
-                      "group std turns that variation into full-size advantages", _gate_fix(f, scale_text), "filter",
+                      "group std turns that variation into full-size advantages", _gate_fix(f, scale_text), "defaults",
                       scale_kwargs))
     if exposed and not isinstance(scale, Unresolved) and "async_grpo" not in s.doc.mentions:
         what = (f"the one reward function ({funcs}) gives different scores to different failures" if single else
@@ -92,7 +92,7 @@ def trl_findings(s: Settings, f: RewardFacts, trl_version: str | None = None) ->
                           "variation into full-size advantages whatever the weights",
                           _gate_fix(f, scale_text) if not single or f.composite is None else
                           f"{scale_text} (Dr. GRPO), or split the reward into an outcome function and shaping "
-                          "functions and wrap them:\n" + OUTCOME_GATED_SNIPPET, "filter", scale_kwargs))
+                          "functions and wrap them:\n" + OUTCOME_GATED_SNIPPET, "defaults", scale_kwargs))
         elif scale == "batch":
             out.append(_f("PH020", "trl-shaping-group-scale", "info", s, key,
                           f"scale_rewards='batch' ({funcs}): phantom advantages are divided by the batch std, which "
@@ -107,7 +107,7 @@ def trl_findings(s: Settings, f: RewardFacts, trl_version: str | None = None) ->
                       "under shaping an all-fail group has nonzero std, so this dead-group count misses exactly the "
                       "phantom groups", "log a per-group outcome statistic: phantom.trl.PhantomCallback, "
                       "log_completions=True, or a callback counting groups whose correctness reward is all 0",
-                      "filter"))
+                      "defaults"))
     if s.value("mask_truncated_completions") is True:
         out.append(_f("PH030", "mask-drop-no-refill", "info", s, "mask_truncated_completions",
                       "mask_truncated_completions=True removes truncated completions from the loss without refill",

@@ -52,6 +52,7 @@ from phantom.book.execute import (
     environ,
     execute_chapter,
     log,
+    takes_profile,
 )
 
 __all__ = ["LabMissing", "chapter_main", "book_main", "vendor_js"]
@@ -84,7 +85,7 @@ def same_experiment(declared: str, given: str, root: Path) -> bool:
     """Is sweep ``given`` the chapter's ``declared`` sweep on another warm start?
 
     True when both define the same cells under the full profile (the only one whose claims are checked)
-    once ``sft_seed`` is set aside: e.g. ``data/runs/lab_paper_graded_2e-3_sft1/sweep.yaml`` for ``paper``.
+    once ``sft_seed`` is set aside: e.g. your own run of ``paper`` from another warm start.
     A sweep with other settings (another lr, other groups, ``knobs``) explores, and its results may
     differ from the prose without the prose being wrong.
     """
@@ -98,10 +99,13 @@ def same_experiment(declared: str, given: str, root: Path) -> bool:
 
 
 def rechecks(chapter: Chapter, params: Mapping[str, Any], given: Sequence[str], root: Path) -> bool:
-    """Do ``-p`` names ``given`` still ask the chapter's claims to hold (so a failed one exits 1)?"""
+    """Do ``-p`` names ``given`` still ask the chapter's claims to hold (so a failed one exits 1)?
+
+    The chapter's experiment is the sweep it runs (``lab_sweep``) or, for a chapter that reads committed
+    runs, the default of its ``sweep`` parameter (``data/runs/lab_paper/sweep.yaml``)."""
     if set(given) - RECHECK_PARAMETERS:
         return False
-    declared = chapter.meta().get("lab_sweep")
+    declared = chapter.meta().get("lab_sweep") or chapter.parameters().get("sweep")
     if params.get("sweep") and declared and str(params["sweep"]) != declared:
         return same_experiment(str(declared), str(params["sweep"]), root)
     return True
@@ -120,7 +124,7 @@ def chapter_main(argv: Sequence[str] | None = None) -> int:
             return 0
         chapter = resolve_chapter(args.name, root)
         params = coerce_parameters([tuple(p) for p in args.parameter], chapter.parameters())
-        if "profile" in chapter.parameters() and "profile" not in params:
+        if takes_profile(chapter) and "profile" not in params:
             params["profile"] = args.profile
     except (ValueError, FileNotFoundError) as exc:
         print(f"phantom chapter: {exc}", file=sys.stderr)
@@ -133,13 +137,15 @@ def chapter_main(argv: Sequence[str] | None = None) -> int:
     # start): that sweep is the one run, into that folder (cells not finished there are trained there), and
     # the chapter reads it there
     runs = chapter_runs(params, root) if params.get("runs_root") else None  # absolute stays
-    sweep = chapter.meta().get("lab_sweep") and (params.get("sweep") or chapter.meta()["lab_sweep"])
-    if sweep:
+    given = params.get("sweep")
+    sweep = chapter.meta().get("lab_sweep") and (given or chapter.meta()["lab_sweep"])
+    if sweep or given:  # a chapter that reads committed runs takes a sweep too: checked before it executes
         try:  # a sweep file is relative to the repository root, as the chapter reads it
             from phantom.lab.sweep import sweep_file
 
-            found = sweep_file(str(sweep), root)  # a packaged name stays a name
-            sweep = found if Path(str(sweep)).suffix in (".yaml", ".yml") else sweep
+            found = sweep_file(str(sweep or given), root)  # a packaged name stays a name
+            if sweep:
+                sweep = found if Path(str(sweep)).suffix in (".yaml", ".yml") else sweep
         except ImportError:
             pass  # no lab installed: _run_lab_sweeps says so
         except ValueError as exc:
@@ -194,6 +200,40 @@ def _run_lab_sweeps(needs: Mapping[str, list[str]], profile: str, jobs: int,
         except Exception as exc:  # SweepFailed or anything else: the chapters would show no results
             raise RuntimeError(f"lab sweep {name!r} (profile {profile}) needed by {', '.join(chapters)} "
                                f"failed: {exc}") from exc
+
+
+#: chapter execution and the strict Jupyter Book build of the full profile on the reference machine of
+#: :data:`phantom.lab.eta.REFERENCE` (seconds; `make book`, benchmarks/results_book.md)
+PAGES_SECONDS = 75.0
+
+
+def _log_eta(needs: Mapping[str, list[str]], profile: str, jobs: int, root: Path, n_chapters: int) -> None:
+    """Say up front how long the build should take here: the lab cells' committed wall times and the
+    pages' time, scaled by a one-second probe of this machine (:func:`phantom.lab.eta.estimate`)."""
+    try:
+        from phantom.lab.eta import REFERENCE, estimate, probe_seconds
+        from phantom.lab.sweep import expand, load_sweep, sweep_file
+        from phantom.runs import runs_root
+    except ImportError:
+        return
+    probe = probe_seconds()
+    lab = 0.0
+    cells = 0
+    for name in needs:
+        todo = [c.name for c in expand(load_sweep(sweep_file(name, root)), profile)
+                if not (runs_root() / c.name / "manifest.json").is_file()]
+        est = estimate(root / "data" / "runs" / "lab_paper", todo, jobs, probe=probe)
+        if est["seconds"] is None and todo:
+            log(f"no time estimate for {len(todo)} lab cells of {name!r} (profile {profile})")
+            return
+        lab += est["seconds"] or 0.0
+        cells += len(todo)
+    ratio = probe / REFERENCE["probe_s"]
+    pages = PAGES_SECONDS * ratio if profile == "full" else PAGES_SECONDS
+    log(f"estimated time here: {(lab + pages) / 60:.1f} min ({cells} lab cells, {jobs} at a time: "
+        f"{lab / 60:.1f} min; {n_chapters} chapters and the HTML: {pages / 60:.1f} min). This machine runs the "
+        f"lab's probe in {probe:.2f} s, {ratio:.2f}x the {REFERENCE['probe_s']:.2f} s of the machine that made "
+        "the committed runs")
 
 
 def vendor_js(root: Path, *, check_only: bool = False) -> None:
@@ -296,6 +336,7 @@ def book_main(argv: Sequence[str] | None = None) -> int:
             sweep = ch.meta().get("lab_sweep")
             if sweep:
                 needs.setdefault(str(sweep), []).append(ch.stem)
+        _log_eta(needs, args.profile, args.jobs, root, len(chapters))
         t = time.perf_counter()
         from phantom.runs import runs_root
 

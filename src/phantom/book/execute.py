@@ -288,9 +288,16 @@ def copy_if_changed(src: Path, dst: Path) -> bool:
     return True
 
 
+def takes_profile(chapter: Chapter) -> bool:
+    """Does the build's lab profile reach this chapter? Only a chapter that runs a lab sweep (``lab_sweep``)
+    reads the runs the profile makes; one that reads committed runs keeps its own ``profile`` parameter
+    (the committed sweep's, ``full``), so a quick book checks the same claims as a full one."""
+    return bool(chapter.meta().get("lab_sweep")) and "profile" in chapter.parameters()
+
+
 def build_params(chapter: Chapter, profile: str) -> dict[str, Any]:
     """The parameters a book build executes ``chapter`` with: the lab profile where it takes one."""
-    return {"profile": profile} if "profile" in chapter.parameters() else {}
+    return {"profile": profile} if takes_profile(chapter) else {}
 
 
 def chapter_env(root: Path, profile: str, runs: Path) -> dict[str, str]:

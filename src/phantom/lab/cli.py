@@ -49,9 +49,14 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--profile", default=None, help="SFT profile whose task gives the defaults (default: the "
                    "main setting's, the paper sweep's model)")
 
-    s = sub.add_parser("sft", help="build (if missing) and print the SFT warm-start checkpoint")
+    s = sub.add_parser("sft", help="train the SFT warm start from scratch (cached) and compare it with the shipped one",
+                       description="Train (or reuse a cached build of) a warm start from scratch, ignoring the copy "
+                                   "shipped under data/warmstart/, and say whether the build is bit-identical to "
+                                   "it. This is how to test the SFT itself; lab runs start from the shipped copy.")
     s.add_argument("--profile", default=None, help="SFT profile (default: the main setting's)")
     s.add_argument("--seed", type=int, default=None, help="SFT seed (another checkpoint of the same profile)")
+    s.add_argument("--ship", action="store_true",
+                   help="copy the build into data/warmstart/ and record its recipe (maintainers)")
 
     r = sub.add_parser("run", help="run one arm in this process")
     r.add_argument("--arm", default="outcome")
@@ -157,12 +162,21 @@ def main(argv: list[str] | None = None) -> int:
             which = args.profile if args.seed is None else {"profile": args.profile, "seed": args.seed}
             resolve_sft(which)
             sft_threads()  # a bad $PHANTOM_SFT_THREADS fails here, before the lock and the build folder
-            path = ensure_sft_model(which)
+            path = ensure_sft_model(which, rebuild=True)
             meta = json.loads((path / "lab_meta.json").read_text())
             print(path)
             print(json.dumps({k: meta.get(k) for k in ("params", "val_greedy_acc", "val_sampled_acc",
                                                        "val_greedy_len_chars", "steps_trained", "check_acc",
                                                        "train_seconds")}, indent=2))
+            from phantom.lab.warmstart import compare_with_shipped, ship_warm_start
+
+            if args.ship:
+                print(f"shipped: {ship_warm_start(path)}")
+            elif (cmp := compare_with_shipped(path)) is not None:
+                print(("bit-identical to the shipped warm start" if cmp["identical"] else
+                       "differs from the shipped warm start (another kind of CPU rounds differently; lab runs "
+                       "start from the shipped one)") + f": held-out greedy accuracy {cmp['built_val_greedy_acc']:.3f} "
+                      f"built here, {cmp['shipped_val_greedy_acc']:.3f} shipped")
             return 0
         if args.cmd == "run":
             from phantom.lab.rl import run_arm

@@ -71,7 +71,9 @@ def _library_path(cc: str) -> Path:
     for part in (cc, version, " ".join(_FLAGS), _cpu_flags()):
         h.update(part.encode() + b"\0")
     # beside the warm starts (phantom.lab.sft.artifacts_root's rule; sft imports this module's user)
-    root = Path(os.environ.get("PHANTOM_ARTIFACTS", "artifacts")).resolve() / "lab"
+    from phantom.paths import artifacts_base
+
+    root = artifacts_base() / "lab"
     return root / "kernels" / f"decode-{h.hexdigest()[:16]}.so"
 
 

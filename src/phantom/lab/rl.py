@@ -29,7 +29,7 @@ from phantom.lab.dapo import dapo_collect
 from phantom.lab.decode_kernel import describe as describe_decode
 from phantom.lab.loss import agg_loss, kl_penalty, policy_loss
 from phantom.lab.rollouts import Rollouts
-from phantom.lab.sft import EvalResult, ensure_sft_model, evaluate, load_sft
+from phantom.lab.sft import EvalResult, artifacts_root, ensure_sft_model, evaluate, load_sft
 from phantom.lab.spec import ArmSpec
 from phantom.lab.task import DATA_SOURCE, make_split, problem
 from phantom.lab.threads import lab_threads, threads_agree
@@ -218,13 +218,14 @@ class Trainer:
         Before any update the policy is the checkpoint (LoRA's B starts at zero, and evaluation is
         greedy and draws no random numbers), so its evaluation depends only on the checkpoint, the
         held-out set, the response cap and the code: a sweep's 36 cells from one warm start would
-        repeat the same ~1.3 s of generation. It is cached next to the checkpoint under a key of all
-        of those (``$PHANTOM_EVAL0_CACHE=0`` turns the cache off); the result is bit-identical.
+        repeat the same ~1.3 s of generation. It is cached in the artifacts cache (never in the checkpoint
+        folder: the book's warm start is committed data) under a key of all of those
+        (``$PHANTOM_EVAL0_CACHE=0`` turns the cache off); the result is bit-identical.
         """
         s = self.spec
         if os.environ.get("PHANTOM_EVAL0_CACHE", "1") == "0":
             return evaluate(self.model, self.tok, self.val, max_new=s.max_new)
-        path = self.checkpoint / "eval0" / f"{_eval0_key(self.checkpoint, s)}.json"
+        path = artifacts_root() / "eval0" / self.checkpoint.name / f"{_eval0_key(self.checkpoint, s)}.json"
         try:
             d = json.loads(path.read_text())
             return EvalResult(texts=d["texts"], correct=np.array(d["correct"], dtype=bool),
@@ -233,7 +234,7 @@ class Trainer:
         except (OSError, ValueError, KeyError):
             pass
         r = evaluate(self.model, self.tok, self.val, max_new=s.max_new)
-        with contextlib.suppress(OSError):  # a read-only checkpoint folder only loses the cache
+        with contextlib.suppress(OSError):  # a read-only cache only loses the cache
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(path, {"texts": r.texts, "correct": r.correct.tolist(), "lengths": r.lengths.tolist(),
                                      "tokens": r.tokens.tolist(), "ended": r.ended.tolist()})

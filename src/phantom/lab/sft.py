@@ -28,10 +28,12 @@ import torch
 from phantom.lab.model import LabQwen2, ModelConfig, load_checkpoint, save_checkpoint
 from phantom.lab.task import Problem, TaskConfig, problem, sample_solution, worked_solution
 from phantom.lab.tokenizer import LabTokenizer, TokenizerConfig, save_tokenizer, train_tokenizer
+from phantom.lab.warmstart import announce_build, shipped_sft
+from phantom.paths import artifacts_base
 from phantom.rewards import has_answer_marker, is_correct
 
 __all__ = ["SFTConfig", "PROFILES", "CODE_VERSION", "artifacts_root", "resolve_sft", "ensure_sft_model",
-           "load_sft", "evaluate", "EvalResult"]
+           "locate_sft", "shipped_sft", "load_sft", "evaluate", "EvalResult"]
 
 #: Bump when code changes what a given configuration builds (invalidates every cached checkpoint).
 CODE_VERSION = 3
@@ -157,8 +159,9 @@ PROFILES: dict[str, SFTConfig] = {
 
 
 def artifacts_root(root: str | os.PathLike[str] | None = None) -> Path:
-    """Where checkpoints live: ``root``, else ``$PHANTOM_ARTIFACTS``, else ``./artifacts``."""
-    return Path(root or os.environ.get("PHANTOM_ARTIFACTS", "artifacts")).resolve() / "lab"
+    """Where built checkpoints are cached: ``lab/`` under :func:`phantom.paths.artifacts_base` (``root``,
+    else ``$PHANTOM_ARTIFACTS``, else the checkout's ``artifacts/``, else the user's cache folder)."""
+    return artifacts_base(root) / "lab"
 
 
 def resolve_sft(profile_or_config: str | SFTConfig | dict[str, Any]) -> SFTConfig:
@@ -361,23 +364,41 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def sft_dir(cfg: SFTConfig, root: str | os.PathLike[str] | None = None) -> Path:
+    """The cache folder a build of ``cfg`` lands in (whether or not it exists)."""
     return artifacts_root(root) / f"sft-{cfg.profile}-{cfg.key()}"
 
 
+def locate_sft(profile_or_config: str | SFTConfig | dict[str, Any],
+               root: str | os.PathLike[str] | None = None) -> Path:
+    """Where ``profile_or_config``'s checkpoint is or would be: the shipped copy, else the cache folder."""
+    cfg = resolve_sft(profile_or_config)
+    return shipped_sft(cfg) or sft_dir(cfg, root)
+
+
 def ensure_sft_model(profile_or_config: str | SFTConfig | dict[str, Any] = "lab", *,
-                     root: str | os.PathLike[str] | None = None, progress: bool = True) -> Path:
-    """Directory of the warm-start checkpoint for a profile/config, built once if missing.
+                     root: str | os.PathLike[str] | None = None, progress: bool = True,
+                     rebuild: bool = False) -> Path:
+    """Directory of the warm-start checkpoint for a profile/config: the shipped copy if the checkout has
+    one (``rebuild=False``), else the cached build, built once if missing.
 
     Loads with ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``. Safe to
     call from several processes at once: one builds (under a file lock), the others wait and reuse.
+    ``rebuild=True`` ignores the shipped copy (``phantom lab sft`` does, to test the SFT itself) but still
+    reuses a cached build.
     """
     cfg = resolve_sft(profile_or_config)
+    if not rebuild and (shipped := shipped_sft(cfg)) is not None:
+        return shipped
     final = sft_dir(cfg, root)
     if (final / "lab_meta.json").is_file():
         return final
-    with _locked(final.with_name(f".{final.name}.lock")):
+    lock = final.with_name(f".{final.name}.lock")
+    with _locked(lock):
         if (final / "lab_meta.json").is_file():
             return final
+        if progress:
+            announce_build(cfg, final, lambda c: sft_dir(c, final.parent.parent),
+                           reference=(PROFILES["lab_base"], PROFILES["lab_graded"]))
         tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         try:
@@ -387,6 +408,9 @@ def ensure_sft_model(profile_or_config: str | SFTConfig | dict[str, Any] = "lab"
             os.replace(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            # no empty lock file stays behind (an interrupted build included): a process still waiting
+            # on this one holds its own handle, and finds the checkpoint (or builds it) when it gets it
+            lock.unlink(missing_ok=True)
     return final
 
 

@@ -13,7 +13,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TINY_MODEL", "HUB_ID", "tiny_root", "resolve_files", "built_model", "resolve_model", "inputs_status"]
+from phantom.paths import artifacts_base
+
+__all__ = ["TINY_MODEL", "HUB_ID", "artifacts", "tiny_root", "resolve_files", "built_model", "resolve_model", "inputs_status"]
 
 #: ``model: tiny`` on the CPU backend means the project's random Qwen2 (built locally on first use).
 TINY_MODEL = "tiny"
@@ -21,9 +23,16 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _DATA_HINT = {"gsm8k": "phantom data gsm8k", "math": "phantom data math", "lab": "phantom data lab"}
 
 
+def artifacts(base: str | os.PathLike[str] | None = None) -> Path:
+    """The artifacts cache (:func:`phantom.paths.artifacts_base`); a relative ``$PHANTOM_ARTIFACTS`` is
+    taken relative to ``base`` (the launcher's folder), as the launcher always did."""
+    env = os.environ.get("PHANTOM_ARTIFACTS", "").strip()
+    return artifacts_base(Path(base or os.getcwd()) / env if env else None)
+
+
 def tiny_root(base: str | os.PathLike[str] | None = None) -> Path:
-    """Where the tiny CPU model and its data are built: ``$PHANTOM_ARTIFACTS/verl_cpu/tiny`` (default ``artifacts``)."""
-    return (Path(base or os.getcwd()) / os.environ.get("PHANTOM_ARTIFACTS", "artifacts") / "verl_cpu" / "tiny").resolve()
+    """Where the tiny CPU model and its data are built: ``verl_cpu/tiny`` under :func:`artifacts`."""
+    return artifacts(base) / "verl_cpu" / "tiny"
 
 
 def resolve_files(name: str, value: Any, base: Path, check: bool = True) -> tuple[str, ...]:
@@ -65,12 +74,13 @@ def built_model(value: str, root: Path, build: bool = True) -> tuple[str, str, s
             ensure_tiny(tiny)
         return str(tiny / "model"), str(tiny / "data" / "train.parquet"), str(tiny / "data" / "test.parquet")
     if value == "lab" or value.startswith("lab:"):
-        from phantom.lab.sft import ensure_sft_model, resolve_sft, sft_dir
+        from phantom.lab.sft import ensure_sft_model, locate_sft
 
         profile = value.partition(":")[2] or "lab"
-        artifacts = (root / os.environ.get("PHANTOM_ARTIFACTS", "artifacts")).resolve()
-        model = ensure_sft_model(profile, root=artifacts) if build else sft_dir(resolve_sft(profile), artifacts)
-        data = artifacts / "data" / f"lab-{Path(model).name}"  # keyed by the checkpoint, so by its task
+        cache = artifacts(root)
+        # the shipped warm start when the checkout has it (data/warmstart/), else the cached build
+        model = ensure_sft_model(profile, root=cache) if build else locate_sft(profile, cache)
+        data = cache / "data" / f"lab-{Path(model).name}"  # keyed by the checkpoint, so by its task
         if build and not (data / "test.parquet").is_file():
             from phantom.verl.data import build_lab
 
@@ -105,10 +115,10 @@ def _hub_cached(repo: str) -> bool:
 def inputs_status(spec: Any, root: str | os.PathLike[str] | None = None) -> list[dict[str, str]]:
     """One entry per input: ``{"input", "path", "state": ok|missing|hub|cached, "fix"}``."""
     base = Path(root or os.getcwd())
-    artifacts = (base / os.environ.get("PHANTOM_ARTIFACTS", "artifacts")).resolve()
+    cache = artifacts(base)
     built = {str(tiny_root(base)): "built on first run (`phantom verl run`, seconds)",
-             str(artifacts / "lab") + "/": "built on first run (the lab's SFT checkpoint: minutes)",
-             str(artifacts / "data" / "lab-"): "built on first run (the lab's task in verl form)"}
+             str(cache / "lab") + "/": "built on first run (the lab's SFT checkpoint: minutes)",
+             str(cache / "data" / "lab-"): "built on first run (the lab's task in verl form)"}
     out = []
     model = str(spec.model)
     if Path(model).is_dir():
