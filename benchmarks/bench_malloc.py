@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from phantom.malloc import tcmalloc_path
+from phantom.proc.malloc import tcmalloc_path
 
 
 def _values(run: Path) -> list:

@@ -15,7 +15,7 @@ process tree:
 and reports per configuration the sweep's wall time, the cells' own time (``manifest.json``:
 created -> finished), and the overhead per cell: ``(wall x jobs - cells' time) / cells``, the
 CPU-seconds per cell that are not the arm's training. The runs go to a temporary folder; the
-default ``lab`` warm start must exist (``phantom lab sft --profile lab``) or is built first.
+default ``lab`` warm start must exist (``phantom lab sft --model lab``) or is built first.
 
 usage: python benchmarks/bench_sweep.py [--cells 8] [--steps 2] [--jobs 2] [--rounds 1]
 """

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-shot environment set-up used by `make test` / `make book` (idempotent, fast when nothing changed).
 #   1. .venv with phantom installed editable plus the extras, torch pinned to the local CPU build;
-#   2. Debian's libtcmalloc-minimal4 (the lab's processes preload it, see src/phantom/malloc.py);
+#   2. Debian's libtcmalloc-minimal4 (the lab's processes preload it, see src/phantom/proc/malloc.py);
 #   3. Debian's chromium for the browser test of the rendered book (apt, only when missing; skipped
 #      with PHANTOM_SETUP_BROWSER=0, which `make book` sets: building the book needs no browser).
 # usage: scripts/setup_env.sh PYTHON VENV EXTRAS
@@ -64,7 +64,7 @@ if [[ ",$EXTRAS," == *",book,"* ]] && ! command -v npm >/dev/null 2>&1; then
 fi
 
 if [[ ",$EXTRAS," == *",lab,"* ]] && [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1 \
-   && ! "$VENV/bin/python" -c "import sys; from phantom.malloc import tcmalloc_path; sys.exit(tcmalloc_path() is None)"; then
+   && ! "$VENV/bin/python" -c "import sys; from phantom.proc.malloc import tcmalloc_path; sys.exit(tcmalloc_path() is None)"; then
   # ~1 MB; a training step of the 0.35M-parameter lab model is thousands of small allocations
   echo "[setup] installing Debian libtcmalloc-minimal4 for the CPU lab"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -2,9 +2,12 @@
 """Put every JavaScript library the built book loads into book/_static/vendor/, so no page asks a CDN.
 
 * plotly.min.js is copied from the installed plotly wheel, so it always matches plotly.py;
-* require.js, @jupyter-widgets/html-manager (the static ipywidgets renderer) and MathJax 3 come from
-  the npm registry through `npm pack` (the tarball only, no dependency tree, no node_modules), and
-  each tarball is checked against the sha512 integrity pinned below before anything is unpacked.
+* require.js, @jupyter-widgets/html-manager (the static ipywidgets renderer), MathJax 3 and Pyodide
+  (CPython in WebAssembly with its standard library, for the Playground page) come from the npm
+  registry through `npm pack` (the tarball only, no dependency tree, no node_modules), and each
+  tarball is checked against the sha512 integrity pinned below before anything is unpacked.
+  Pyodide's files are never committed and never loaded from its CDN: the page's worker loads them
+  from `_static/vendor/pyodide/`.
 
 Idempotent: when vendor/VERSIONS.json matches what would be vendored and every file is present it
 returns at once. `--check` only verifies (exit 1 when something is missing).
@@ -35,9 +38,15 @@ NPM = {
     "@jupyter-widgets/html-manager": (
         "1.0.15", "sha512-5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA=="),
     "mathjax": ("3.2.2", "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw=="),
+    "pyodide": ("314.0.7", "sha512-0YvXxEhfEdpLfb/XkM2BFAeMROq0iMUX2bzzH9pOttyMcWkwq+HbE5uyuGD82LN7y2q+SNvi/6V5JEsOlD2R1A=="),
 }
+#: the Pyodide files the Playground's worker loads: the ES-module loader, the interpreter (JS glue and
+#: wasm), the standard library and the lock file `loadPyodide` reads (it loads no package from it).
+#: Left out: the source maps, the TypeScript declarations and the two console demo pages.
+PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 #: files the book's _config.yml points at; all must exist after vendoring
-REQUIRED = ("plotly.min.js", "require.js", "html-manager/embed-amd.js", "mathjax/tex-mml-chtml.js")
+REQUIRED = ("plotly.min.js", "require.js", "html-manager/embed-amd.js", "mathjax/tex-mml-chtml.js",
+            *(f"pyodide/{f}" for f in PYODIDE_FILES))
 FONT_SUFFIXES = (".woff", ".woff2", ".ttf", ".eot", ".svg")
 
 
@@ -82,7 +91,7 @@ def _safe_extract(tgz: Path, dest: Path) -> Path:
 def npm_pack(name: str, version: str, integrity: str, workdir: Path) -> Path:
     npm = shutil.which("npm")
     if npm is None:
-        raise SystemExit("vendor_js: npm is not on PATH (Node 20 + npm are needed to vendor MathJax/require.js)")
+        raise SystemExit("vendor_js: npm is not on PATH (Node 20 + npm are needed to vendor MathJax, require.js and Pyodide)")
     proc = subprocess.run([npm, "pack", "--json", "--silent", "--prefer-offline", f"{name}@{version}"],
                           cwd=workdir, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -118,6 +127,9 @@ def vendor() -> None:
         shutil.copyfile(es5 / "tex-mml-chtml.js", mj / "tex-mml-chtml.js")
         shutil.copytree(es5 / "output" / "chtml" / "fonts", mj / "output" / "chtml" / "fonts")
         shutil.copytree(es5 / "input" / "tex" / "extensions", mj / "input" / "tex" / "extensions")
+        (tmp_vendor / "pyodide").mkdir()
+        for f in PYODIDE_FILES:
+            shutil.copyfile(pkgs["pyodide"] / f, tmp_vendor / "pyodide" / f)
     (tmp_vendor / "VERSIONS.json").write_text(json.dumps(wanted_versions(), indent=2, sort_keys=True) + "\n")
     missing = [f for f in REQUIRED if not (tmp_vendor / f).is_file()]
     if missing:

@@ -122,8 +122,10 @@ class PageLog:
     def __init__(self, context, page) -> None:
         self.errors: list[str] = []
         self.outside: list[str] = []
+        self.seen: list[str] = []  # every request routed, the page's workers' included
 
         def route(r):
+            self.seen.append(r.request.url)
             url = urlparse(r.request.url)
             if url.scheme in ("http", "https", "ws", "wss") and url.hostname != "127.0.0.1":
                 self.outside.append(r.request.url)
@@ -174,6 +176,8 @@ def test_every_page_renders_offline_without_errors(browser, site: str, built_boo
     for rel in pages:
         context, page, log = _open(browser, f"{site}/{rel}")
         try:
+            if rel == PLAYGROUND:  # its Python starts in a worker: the page is whole once the first result is in
+                _pg_next(page, 0)
             figs = page.evaluate(_FIGURES_JS)
             figure_count += len(figs)
             for f in figs:
@@ -295,3 +299,143 @@ def test_every_chapter_offers_its_executed_notebook_and_command(built_book: Path
         nb = nbformat.read(built_book / "_sources" / "book" / "chapters" / f"{ch.stem}.ipynb", as_version=4)
         assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{ch.stem}: the notebook is not executed"
         assert sum("parameters" in c.metadata.get("tags", []) for c in nb.cells) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# the Playground page: Python (Pyodide) in a Web Worker, from the book's own files
+# --------------------------------------------------------------------------------------------
+PLAYGROUND = "book/playground.html"
+_PG_STATE = "() => ({state: document.getElementById('pg-status').dataset.state, " \
+            "status: document.getElementById('pg-status').innerText, ...window.phantomPlayground, " \
+            "adv: Array.from(document.querySelectorAll('td.pg-adv')).map(td => [+td.dataset.adv, td.innerText]), " \
+            "code_error: document.getElementById('pg-code-error').innerText, " \
+            "field_error: document.getElementById('pg-field-error').innerText, " \
+            "printed: document.getElementById('pg-printed').innerText, " \
+            "summary: document.getElementById('pg-summary').innerText})"
+
+
+def _pg_open(browser, url: str):
+    """The page up to its DOM: the first result comes later, from the worker (`_pg_next`). On a shared
+    2-core machine under load, Pyodide's start-up and its 13 MB from Python's http.server can hold the
+    page's load event for a minute, so neither the load event nor network idleness is waited for."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+    page = context.new_page()
+    log = PageLog(context, page)
+    page.goto(url, wait_until="domcontentloaded", timeout=300_000)
+    return context, page, log
+
+
+def _pg_next(page, renders: int, timeout_ms: int = 300_000) -> dict:
+    """Wait for the page's next result (or error) after `renders` of them; a cold Pyodide start under a
+    loaded 2-core machine can take a minute, hence the generous limit."""
+    page.wait_for_function(f"() => window.phantomPlayground && window.phantomPlayground.renders > {renders}",
+                           timeout=timeout_ms)
+    return page.evaluate(_PG_STATE)
+
+
+def test_the_built_playground_runs_the_packages_python(built_book: Path) -> None:
+    from phantom import playground
+
+    served = built_book / "_static" / "playground" / "phantom" / "playground.py"
+    assert served.read_bytes() == Path(playground.__file__).read_bytes()
+    for f in ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"):
+        assert (built_book / "_static" / "vendor" / "pyodide" / f).is_file(), f
+    html = (built_book / PLAYGROUND).read_text()
+    config = json.loads(re.search(r"window\.PHANTOM_PLAYGROUND = (\{.*?\});</script>", html).group(1))
+    assert config == json.loads(json.dumps(playground.page_config()))
+
+
+@pytest.mark.browser
+def test_playground_opens_on_the_readme_example_and_recomputes(browser, site: str) -> None:
+    from phantom import playground
+
+    context, page, log = _pg_open(browser, f"{site}/{PLAYGROUND}")
+    try:
+        got = _pg_next(page, 0)
+        assert got["state"] == "done", got
+        assert [round(v, 2) for v, _ in got["adv"]] == [1.11, 0.64, 0.17, -0.47, -1.46]
+        assert [t for _, t in got["adv"]] == ["1.11", "0.64", "0.17", "−0.47", "−1.46"]
+        assert "phantom group" in got["summary"] and "score gate: kept" in got["summary"]
+        chart = page.evaluate("() => { const g = document.getElementById('pg-chart'); return {n: g.data[0].y.length, "
+                              "x: g._fullLayout.xaxis.title.text, y: g._fullLayout.yaxis.title.text}; }")
+        assert chart["n"] == 5 and chart["x"] and chart["y"], chart
+        SCREENS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENS / "playground_opening.png"), full_page=True)
+
+        # drop the length term: the all-fail group has no spread left, so every advantage is 0
+        page.fill("#pg-code", "def reward(outcome, length):\n    return outcome\n")
+        got = _pg_next(page, got["renders"])
+        assert got["state"] == "done" and [v for v, _ in got["adv"]] == [0.0] * 5, got
+        # a syntax error is Python's own message, beside the editor
+        page.fill("#pg-code", "def reward(outcome, length)\n    return outcome\n")
+        got = _pg_next(page, got["renders"])
+        assert got["state"] == "error" and "SyntaxError: expected ':' (line 1)" in got["code_error"], got
+        # the share link carries the inputs: opened in a fresh page it shows the same state
+        page.fill("#pg-code", "def reward(outcome, length):\n    print('seen', length)\n"
+                              "    return outcome - lam * (length > 100)\n")
+        page.fill("input[name=lam]", "0.5")
+        got = _pg_next(page, got["renders"])
+        assert "seen 40" in got["printed"] and "seen 480" in got["printed"], got["printed"]
+        share = page.get_attribute("#pg-share", "href")
+        want = playground.run(playground.from_fragment(share.split("#", 1)[1]))
+        assert [v for v, _ in got["adv"]] == want["groups"][0]["advantages"], (got, want)
+        # the chapters' preset links, followed on the page (the fragment changes, Python stays loaded)
+        for preset in ("allfail-outcome", "allfail-drgrpo", "mixed-grpo", "batch"):
+            page.evaluate(f"() => {{ window.location.hash = 'preset={preset}'; }}")
+            got = _pg_next(page, got["renders"])
+            want = playground.run({"preset": preset})
+            assert [v for v, _ in got["adv"]] == [a for g in want["groups"] for a in g["advantages"]], preset
+        assert "Batch: 6 groups" in got["summary"], got["summary"]
+        page.evaluate("() => { window.location.hash = 'preset=nope&gate=acc'; }")
+        got = _pg_next(page, got["renders"])
+        assert got["state"] == "done", got
+        assert "preset \"nope\" is unknown; allowed: allfail-score" in got["field_error"], got["field_error"]
+        assert "gate \"acc\" is unknown; allowed: none, score, outcome" in got["field_error"], got["field_error"]
+    finally:
+        context.close()
+    assert any(u.endswith("/_static/vendor/pyodide/pyodide.asm.wasm") and "127.0.0.1" in u for u in log.seen), \
+        "the worker's requests are not seen by the test, so the offline check would not cover them"
+    assert not log.errors and not log.outside, (log.errors, log.outside)
+
+
+@pytest.mark.browser
+def test_playground_stops_an_endless_loop_and_restarts_python(browser, site: str) -> None:
+    context, page, log = _pg_open(browser, f"{site}/{PLAYGROUND}#preset=allfail-score")
+    try:
+        got = _pg_next(page, 0)
+        assert got["state"] == "done", got
+        page.fill("#pg-code", "def reward(outcome, length):\n    while True:\n        pass\n")
+        page.wait_for_function("() => window.phantomPlayground.restarts === 1", timeout=60_000)
+        got = page.evaluate(_PG_STATE)
+        assert got["state"] == "stopped" and "Stopped" in got["code_error"], got
+        page.wait_for_function("() => document.getElementById('pg-status').innerText.includes('restarted')",
+                               timeout=300_000)
+        good = "def reward(outcome, length):\n    return outcome - lam * min(length / 512, 1)\n"
+        page.fill("#pg-code", good)
+        got = _pg_next(page, got["renders"])
+        assert got["state"] == "done" and [t for _, t in got["adv"]] == ["1.11", "0.64", "0.17", "−0.47", "−1.46"]
+        # code that breaks the interpreter itself: past a raised recursion limit, Chromium's stack runs out
+        # inside the wasm (Pyodide's "fatal error"); the page names it and starts a new worker. A browser
+        # with a deeper stack may raise RecursionError instead, which is shown like any error; a slower
+        # machine may reach the time limit first, which restarts it too.
+        errors_before = len(log.errors)
+        page.fill("#pg-code", "import sys\nsys.setrecursionlimit(10000)\ndef reward(outcome, length):\n"
+                              "    return reward(outcome, length)\n")
+        page.wait_for_function(f"() => window.phantomPlayground.restarts === 2 || "
+                               f"window.phantomPlayground.renders > {got['renders']}", timeout=60_000)
+        crashed = page.evaluate(_PG_STATE)
+        if crashed["restarts"] == 2:
+            assert crashed["code_error"].startswith(("Python itself failed", "Stopped")), crashed
+            page.wait_for_function("() => document.getElementById('pg-status').innerText.includes('restarted')",
+                                   timeout=300_000)
+        else:
+            assert "RecursionError" in crashed["code_error"], crashed
+        page.fill("#pg-code", good + "\n")
+        got = _pg_next(page, page.evaluate("window.phantomPlayground.renders"))
+        assert got["state"] == "done" and [t for _, t in got["adv"]] == ["1.11", "0.64", "0.17", "−0.47", "−1.46"]
+    finally:
+        context.close()
+    # nothing went wrong before the crash; after it, only Pyodide's report of its own fatal error
+    assert not log.errors[:errors_before], log.errors
+    assert not log.errors[errors_before:] or "fatal error" in log.errors[errors_before], log.errors
+    assert not log.outside, log.outside

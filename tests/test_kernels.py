@@ -1,4 +1,4 @@
-"""Batch kernels (phantom.kernels) and the chapters the book executes beside the lab (phantom.book.background)."""
+"""Batch kernels (phantom.proc.kernels) and the chapters the book executes beside the lab (phantom.book.background)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from phantom.book.background import free_chapters
 from phantom.book.chapters import find_chapters, repo_root
 from phantom.book.execute import chapter_env, environ
-from phantom.kernels import STARTUP, batch_ipython_dir, batch_kernel_env
+from phantom.proc.kernels import STARTUP, batch_ipython_dir, batch_kernel_env
 
 
 def test_batch_ipython_dir_holds_the_startup_file_and_is_idempotent(tmp_path):

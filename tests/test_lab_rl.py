@@ -77,6 +77,13 @@ def test_runs_are_reproducible_and_reused(lab_env, tmp_path):
     assert again.path == a.path and a.metrics_path.stat().st_mtime_ns == before
 
 
+def test_a_reused_run_says_so(lab_env, tmp_path, capsys):
+    run_arm({**TINY, "arm": "none", "seed": 4}, name="r", root=tmp_path, progress=False)
+    capsys.readouterr()
+    run_arm({**TINY, "arm": "none", "seed": 4}, name="r", root=tmp_path, progress=True)
+    assert f"reusing the finished run {tmp_path / 'r'}" in capsys.readouterr().err
+
+
 def test_start_evaluation_cache_changes_nothing(lab_env, tmp_path, monkeypatch):
     """The step-0 evaluation is computed once per warm start and reused; a run that reads it logs
     exactly what a run that computed it logs (every value but timings), and the cache is keyed on
@@ -122,14 +129,16 @@ def test_crash_leaves_failed_and_is_rerun(lab_env, tmp_path, monkeypatch):
     assert list(read_metrics(run.path).index) == [0, 1, 2, 3]  # re-run from scratch, no stale lines
 
 
-def test_interrupt_leaves_failed(lab_env, tmp_path, monkeypatch):
+def test_interrupt_leaves_interrupted(lab_env, tmp_path, monkeypatch):
     def interrupt(self, step):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Trainer, "step", interrupt)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as caught:
         run_arm({**TINY, "arm": "none"}, name="k", root=tmp_path, progress=False)
-    assert RunDir(tmp_path / "k").status == "failed"
+    assert RunDir(tmp_path / "k").status == "interrupted"
+    assert caught.value.__notes__ == [f"run folder {tmp_path / 'k'} marked interrupted"]  # phantom.cli's one line
+    assert not RunDir(tmp_path / "k").check_startable(RunDir(tmp_path / "k").manifest()["spec"])  # re-run next time
 
 
 def test_killed_run_stays_running_and_is_rerun(lab_env, tmp_path):

@@ -15,10 +15,12 @@ from phantom.lab.sweep import expand, load_sweep
     ("kind", "cosine", r"allowed: length_short, length_long, format, overlong"),
     ("lam", -0.1, r"lam=-0.1 is out of range"),
     ("lam", 1.0, r"0 <= lam < 1"),
-    ("steps", 0, r"steps=0 is out of range; allowed: steps >= 1"),
+    ("steps", 0, r"steps=0 is out of range; allowed: 1 <= steps <= 100000"),
     ("steps", -3, r"steps=-3"),
     ("steps", 2.5, r"not an integer"),
-    ("rollouts", 1, r"rollouts >= 2"),
+    ("rollouts", 1, r"2 <= rollouts <= 256"),
+    ("prompts", 1e23, r"prompts=1e\+23 is out of range; allowed: 1 <= prompts <= 4096"),
+    ("seed", float("inf"), r"seed=inf is not an integer"),
     ("noise_p", 0.5, r"0 <= p < 0.5"),
     ("lr", 0, r"lr=0 is out of range"),
     ("loss_agg", "token-sum", r"allowed: token-mean"),
@@ -70,7 +72,10 @@ def test_spec_round_trip_and_names():
     ["run", "--set", "bogus"],
     ["sweep", "no-such-sweep"],
     ["sweep", "paper", "--profile", "medium"],
-    ["sft", "--profile", "huge"],
+    ["sft", "--profile", "huge"],  # the old spelling of --model still checks its value
+    ["sft", "--model", "huge"],
+    ["run", "--steps", "2", "--set", "steps=1"],
+    ["run", "--name", "../x"],
 ])
 def test_cli_bad_input_exits_2(argv, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PHANTOM_RUNS", str(tmp_path / "runs"))

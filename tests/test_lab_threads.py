@@ -153,7 +153,7 @@ def test_sft_thread_count_takes_the_same_values(monkeypatch):
 
 
 def test_cli_sft_rejects_a_bad_thread_count_before_building(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "phantom.cli", "lab", "sft", "--profile", "tiny"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "phantom.cli", "lab", "sft", "--model", "tiny"], capture_output=True,
                        text=True, env={**os.environ, "PHANTOM_SFT_THREADS": "two", "PHANTOM_ARTIFACTS": str(tmp_path)},
                        timeout=120)
     assert r.returncode == 2 and "PHANTOM_SFT_THREADS='two' is invalid" in r.stderr, r.stderr

@@ -10,8 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "phantom"
 CORE = {"phantom", "phantom.paths", "phantom.rewards", "phantom.advantages", "phantom.feedback", "phantom.dynamics", "phantom.runs",
-        "phantom.figures", "phantom.kernels", "phantom.malloc", "phantom.zygote", "phantom.zygote_serve",
-        "phantom.cli"}
+        "phantom.figures", "phantom.proc", "phantom.proc.kernels", "phantom.proc.malloc", "phantom.proc.zygote",
+        "phantom.proc.zygote_serve", "phantom.cli", "phantom.playground"}
 #: pillar -> the other pillars it may import (ARCHITECTURE.md, "Layout")
 ALLOWED = {"lab": set(), "verl": {"lab"}, "book": {"lab"}, "audit": set(), "trl": {"lab"}}
 MAX_LINES = 450

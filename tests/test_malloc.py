@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from phantom.malloc import choice, in_use, preload_env, tcmalloc_path
+from phantom.proc.malloc import choice, in_use, preload_env, tcmalloc_path
 
 LIB = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 
@@ -33,7 +33,7 @@ def test_preload_env_adds_the_library_once_and_keeps_other_preloads():
 
 
 def test_no_library_changes_nothing(monkeypatch):
-    monkeypatch.setattr("phantom.malloc.tcmalloc_path", lambda: None)
+    monkeypatch.setattr("phantom.proc.malloc.tcmalloc_path", lambda: None)
     assert preload_env({}) is None
 
 

@@ -16,10 +16,11 @@ from phantom.verl.spec import make_spec  # noqa: E402
 
 @pytest.fixture()
 def offline(monkeypatch, tmp_path):
-    """No network, an empty HF cache, and a working directory without data."""
+    """No network, an empty HF cache, an empty artifacts cache and a working directory without data."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PHANTOM_ARTIFACTS", str(tmp_path / "artifacts"))  # not the checkout's cache
 
 
 def _line(out: str, name: str) -> str:

@@ -225,8 +225,8 @@ def test_overrides_print_before_data_and_model_exist(tmp_path, capsys, monkeypat
     assert "# missing model" in err and "built on first run" in err and not (tmp_path / "artifacts").exists()
 
 
-def test_readme_memory_table_is_the_code_table():
-    text = (ROOT / "README.md").read_text()
+def test_gpu_guide_memory_table_is_the_code_table():
+    text = (ROOT / "docs" / "gpu.md").read_text()
     block = text[text.index("| GPU memory | actor micro-batch"):].split("\n\n")[0].splitlines()[2:]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in block]
     assert rows == [[r.label, str(r.micro), str(r.logprob_micro), f"{r.gpu_memory_utilization:g}"]

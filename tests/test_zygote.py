@@ -1,4 +1,4 @@
-"""Kernels forked from a zygote (phantom.zygote): papermill's real kernels, started warm.
+"""Kernels forked from a zygote (phantom.proc.zygote): papermill's real kernels, started warm.
 
 Each test runs real papermill / jupyter_client executions against a real zygote process and
 compares with an ordinary kernel: same interpreter state a notebook can see (sys.path, argv,
@@ -18,7 +18,7 @@ import pytest
 from jupyter_client.manager import start_new_kernel
 
 from phantom.book.execute import environ
-from phantom.zygote import SOCKET_ENV, kernel_spec_dir, kernel_zygote
+from phantom.proc.zygote import SOCKET_ENV, kernel_spec_dir, kernel_zygote
 
 pytestmark = pytest.mark.slow
 
@@ -163,7 +163,7 @@ def test_code_runs_forked_with_its_arguments_output_and_exit_status(tmp_path):
     """``code_command`` is ``python -c CODE ARGS`` (the sweep's papermill process), forked when a zygote serves."""
     import subprocess
 
-    from phantom.zygote import code_command
+    from phantom.proc.zygote import code_command
 
     code = ("import os, sys; print(os.getppid(), sys.argv[1:], os.getcwd(), repr(sys.path[0]), __name__); "
             "sys.exit(int(sys.argv[1]))")
@@ -185,7 +185,7 @@ def test_a_zygote_whose_parent_dies_exits(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys, time; from phantom.zygote import kernel_zygote\n"
+    code = ("import sys, time; from phantom.proc.zygote import kernel_zygote\n"
             "with kernel_zygote(sys.argv[1], preload=('json',)) as z:\n"
             "    assert z.env(wait=120)\n    print(z.proc.pid, flush=True)\n    time.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)

@@ -8,16 +8,26 @@ Jupyter Book 1 always loads sphinx-thebe. Its 0.3.1 release adds its inline conf
 twice per page under Sphinx 7.4 ("Identifier 'THEBE_JS_URL' has already been declared", a console
 error on every page), and that script names an unpkg.com URL. Thebe is off in this book, so the
 page-context hook below removes sphinx-thebe's scripts and stylesheet from every page.
+
+The Playground page (``book/playground``) gets its script, its stylesheet and, inline before them,
+the presets of ``phantom.playground`` (so the form fills before Python has loaded). When the build
+has finished, ``phantom/playground.py`` itself is copied next to the page's worker, so the Python the
+reader runs is always the package's. The page is re-read on every build: its presets live in the
+package, not in the page's source, and Sphinx would not notice them change.
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
+import shutil
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
 
 CHAPTERS = "book/chapters/"
+PLAYGROUND = "book/playground"
 
 
 def _is_thebe(asset: Any) -> bool:
@@ -67,7 +77,35 @@ def _rerun_box(app: Any, doctree: Any, docname: str) -> None:
         return
 
 
+def _playground_assets(app: Any, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    if pagename != PLAYGROUND:
+        return
+    from phantom.playground import page_config
+
+    config = json.dumps(page_config(), ensure_ascii=False).replace("</", "<\\/")
+    app.add_js_file(None, body=f"window.PHANTOM_PLAYGROUND = {config};")
+    app.add_js_file("playground/playground.js")
+    app.add_css_file("playground/playground.css")
+
+
+def _playground_outdated(app: Any, env: Any, added: set, changed: set, removed: set) -> list[str]:
+    return [PLAYGROUND] if PLAYGROUND in env.found_docs else []
+
+
+def _playground_python(app: Any, exception: Exception | None) -> None:
+    if exception is not None or app.builder.format != "html" or PLAYGROUND not in app.env.found_docs:
+        return
+    import phantom.playground
+
+    target = Path(app.outdir) / "_static" / "playground" / "phantom" / "playground.py"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(phantom.playground.__file__, target)
+
+
 def setup(app: Any) -> dict[str, Any]:
     app.connect("html-page-context", _drop_thebe, priority=900)
+    app.connect("html-page-context", _playground_assets)
+    app.connect("env-get-outdated", _playground_outdated)
+    app.connect("build-finished", _playground_python)
     app.connect("doctree-resolved", _rerun_box)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -114,7 +114,9 @@ _TEMPLATE = go.layout.Template(
         font=dict(family="Inter, Helvetica, Arial, sans-serif", size=13),
         paper_bgcolor="white",
         plot_bgcolor="white",
-        margin=dict(l=60, r=20, t=50, b=50),
+        # the top margin leaves the mode bar (top right, on hover) a row of its own above the title
+        margin=dict(l=60, r=20, t=78, b=50),
+        title=dict(y=0.985, yanchor="top", yref="container", pad=dict(t=30)),
         xaxis=dict(showgrid=True, gridcolor="#EEE", zeroline=False, linecolor="#888", ticks="outside"),
         yaxis=dict(showgrid=True, gridcolor="#EEE", zeroline=False, linecolor="#888", ticks="outside"),
         legend=dict(bgcolor="rgba(255,255,255,0.8)"),

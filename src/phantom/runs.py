@@ -3,7 +3,7 @@
 Every run (CPU lab or verl) writes ``runs/<name>/manifest.json`` and ``runs/<name>/metrics.jsonl``.
 The metrics file uses verl's file-logger line format, ``{"step": n, "data": {...}}``, so one reader
 serves both. A run is *finished* only when its manifest says ``status: done``; a crashed or killed
-run stays ``running``/``failed`` and is re-run, never read as a result.
+run stays ``running``/``failed`` (``interrupted`` after Ctrl-C) and is re-run, never read as a result.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from phantom.malloc import in_use as malloc_in_use
+from phantom.proc.malloc import in_use as malloc_in_use
 
 __all__ = [
     "STATUSES",
@@ -40,9 +40,12 @@ __all__ = [
     "machine",
     "write_json_atomic",
     "pid_alive",
+    "file_lock",
+    "check_writable_dir",
 ]
 
-STATUSES = ("running", "done", "failed")
+#: ``interrupted``: stopped by Ctrl-C (or SIGTERM); like ``failed``, re-run on the next start
+STATUSES = ("running", "done", "failed", "interrupted")
 MANIFEST = "manifest.json"
 METRICS = "metrics.jsonl"
 
@@ -58,6 +61,29 @@ class RunConflict(RuntimeError):
 def runs_root(root: str | os.PathLike[str] | None = None) -> Path:
     """Where run folders live: ``root``, else ``$PHANTOM_RUNS``, else ``./runs``."""
     return Path(root or os.environ.get("PHANTOM_RUNS", "runs")).resolve()
+
+
+def check_writable_dir(root: str | os.PathLike[str] | None = None, *, what: str = "--runs-dir") -> Path:
+    """The runs folder of :func:`runs_root`, checked before any work: its existing part must be a folder
+    in which folders can be made (tried, and removed at once: ``os.access`` says yes to root on a read-only
+    folder). Raises ``ValueError`` naming the path, so a file given as ``--runs-dir`` or a read-only one
+    fails at once, not after the warm start was built."""
+    import tempfile
+
+    p = runs_root(root)
+    if root is None:  # the folder came from the environment or the default, not from the flag
+        what = "$PHANTOM_RUNS" if os.environ.get("PHANTOM_RUNS") else "the runs folder (default ./runs)"
+    probe = p
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{what} {p}: {probe} is not a folder; allowed: a folder, or a new path inside one")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".phantom-write-check-", dir=probe))
+    except OSError as e:
+        raise ValueError(f"{what} {p}: cannot create folders in {probe} ({e.strerror}); allowed: a folder you "
+                         "can write to") from None
+    return p
 
 
 def _jsonable(obj: Any) -> Any:
@@ -241,10 +267,58 @@ class RunDir:
             raise ValueError(f"status={status!r} is unknown; allowed: {', '.join(STATUSES)}")
         self.update(status=status, finished=time.time(), **fields)
 
+    def abort(self, exc: BaseException) -> None:
+        """Mark the run stopped by ``exc``: ``interrupted`` for Ctrl-C, else ``failed`` with the error.
+
+        On an interrupt a note naming the folder is added to the exception, so the command line's one
+        line says which run was left (:func:`phantom.cli.main`).
+        """
+        if isinstance(exc, KeyboardInterrupt):
+            self.finish("interrupted", error="interrupted (Ctrl-C)")
+            if hasattr(exc, "add_note"):  # Python >= 3.11
+                exc.add_note(f"run folder {self.path} marked interrupted")
+        else:
+            self.finish("failed", error=f"{type(exc).__name__}: {exc}")
+
     def log(self, step: int, data: Mapping[str, Any]) -> None:
         """Append one step in verl's file-logger format."""
         with self.metrics_path.open("a") as fh:
             fh.write(json.dumps({"step": int(step), "data": _jsonable(data)}) + "\n")
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` between processes that leaves no file behind.
+
+    The lock file is removed while still locked, before it is released; a process that was waiting on
+    the removed file finds, once it holds the lock, that the path no longer names the file it locked,
+    and locks the path again. So at most one holder at a time, and no empty ``.lock`` file stays after
+    a build (or after Ctrl-C: the ``finally`` runs on KeyboardInterrupt too).
+    """
+    import fcntl
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = os.fstat(fd).st_ino == os.stat(p).st_ino
+            except FileNotFoundError:
+                same = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+        os.close(fd)  # releases the lock
 
 
 def read_metrics(path: str | os.PathLike[str]):

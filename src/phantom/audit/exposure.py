@@ -13,7 +13,6 @@ the advantage arithmetic uses :func:`phantom.advantages.group_advantages`, impor
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from phantom.cli import exit_code_of as _exit_code
 
 __all__ = ["Exposure", "RefillEstimate", "exposure", "load_rollouts", "main", "refill_estimate"]
 
@@ -213,6 +214,9 @@ def _outcomes(df: Any, col: str | None, grade: bool, threshold: float | None, sc
                 raise RolloutError(f"--grade needs the columns output and gts (verl's dump); {c!r} is missing")
         return np.array([float(is_correct(t, g)) for t, g in zip(df["output"], df["gts"])]), "graded(output, gts)"
     if threshold is not None:
+        if not math.isfinite(threshold):
+            raise RolloutError(f"--outcome-threshold {threshold!r} is invalid; allowed: a finite number (0 for phantom "
+                               "rewards)")
         return (df[score_col].to_numpy(np.float64) > threshold).astype(np.float64), f"{score_col} > {threshold:g}"
     raise RolloutError(f"no outcome column (looked for {', '.join(OUTCOME_COLS)}); name it with --outcome-col, "
                        "grade verl dumps with --grade, or use --outcome-threshold 0 for phantom-style rewards "
@@ -237,7 +241,11 @@ def exposure(df: Any, *, source: str = "", group_col: str | None = None, outcome
     l_col = _pick(df, length_col, LENGTH_COLS, "length", required=False)
     lengths = None
     if l_col is not None:
-        lengths = df[l_col].to_numpy(np.float64)
+        lengths = pd.to_numeric(df[l_col], errors="coerce").to_numpy(np.float64)
+        bad = ~np.isfinite(lengths) | (lengths < 0)
+        if bad.any():
+            raise RolloutError(f"length column {l_col!r} holds {df[l_col].to_numpy()[bad][0]!r} ({int(bad.sum())} such "
+                               "row(s)); allowed: finite lengths >= 0")
     elif "output" in df.columns:
         lengths, l_col = df["output"].astype(str).str.len().to_numpy(np.float64), "len(output) chars"
     scores = pd.to_numeric(df[s_col], errors="coerce").to_numpy(np.float64)
@@ -262,7 +270,11 @@ def exposure(df: Any, *, source: str = "", group_col: str | None = None, outcome
     frame = pd.DataFrame({"g": index, "o": outcomes, "s": scores})
     grp = frame.groupby("g", sort=False)
     size, passes, spread = grp["o"].size(), grp["o"].sum(), grp["s"].std(ddof=1).fillna(0.0)
-    phantom_g = (passes == 0) & (size > 1) & (spread > eps)
+    # a one-answer group is a singleton only: counted as all-fail or all-pass too, the fractions of the
+    # table would add up to more than 1 (GateStats counts outcomes over every group)
+    multi = size > 1
+    n_fail, n_pass = int(((passes == 0) & multi).sum()), int(((passes == size) & multi).sum())
+    phantom_g = (passes == 0) & multi & (spread > eps)
     mixed_g = (passes > 0) & (passes < size)
     row_phantom = frame["g"].map(phantom_g).to_numpy(bool)
     row_mixed = frame["g"].map(mixed_g).to_numpy(bool)
@@ -276,8 +288,8 @@ def exposure(df: Any, *, source: str = "", group_col: str | None = None, outcome
         fail = outcomes == 0
         length = {"all": float(lengths.mean()), "fail": float(lengths[fail].mean()) if fail.any() else None,
                   "pass": float(lengths[~fail].mean()) if (~fail).any() else None}
-    exp = Exposure(source, len(df), st.groups, st.singletons, st.all_fail or 0, st.all_pass or 0, st.mixed or 0,
-                   st.phantom or 0, st_out.zeroed, st_score.zeroed, abs_adv, length,
+    exp = Exposure(source, len(df), st.groups, st.singletons, n_fail, n_pass, st.mixed or 0, st.phantom or 0,
+                   st_out.zeroed, st_score.zeroed, abs_adv, length,
                    {"group": g_col, "outcome": o_name, "score": s_col, "length": l_col}, notes)
     assert int(phantom_g.sum()) == exp.phantom, "phantom count disagrees with GateStats"
     for pred, count in (("outcome", exp.drop_outcome), ("score", exp.drop_score)):
@@ -335,8 +347,17 @@ def _finite(x: Any) -> Any:
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
+@_exit_code
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="phantom exposure", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    from phantom.cli import ArgTypes, command_parser, exit_codes
+
+    ap = command_parser("phantom exposure", "How exposed is a model-task pair to the phantom? From a rollout dump: "
+                        "all-fail / all-pass / mixed / phantom groups, the advantages a phantom group gets under GRPO "
+                        "and Dr. GRPO, and what DAPO's refill would cost under each filter predicate.",
+                        ["phantom exposure rollouts.jsonl --outcome-threshold 0",
+                         "phantom exposure checkpoints/my_run/rollout_dumps/ --grade --format json",
+                         "phantom exposure dump.parquet --group-col uid --outcome-col acc --score-col score"],
+                        exit_codes(c2="the dump cannot be read or lacks a needed column, or a bad flag value"))
     ap.add_argument("rollouts", help="JSONL, CSV or parquet dump, or a folder of verl {step}.jsonl dumps")
     ap.add_argument("--group-col", help=f"group id column (default: first of {', '.join(GROUP_COLS)})")
     ap.add_argument("--outcome-col", help=f"binary outcome column (default: first of {', '.join(OUTCOME_COLS)})")
@@ -345,16 +366,24 @@ def main(argv: list[str] | None = None) -> int:
                                          "else len(output))")
     ap.add_argument("--step-col", default="step", help="step column: groups are per step (default: step)")
     ap.add_argument("--grade", action="store_true", help="outcome = phantom.rewards.is_correct(output, gts)")
-    ap.add_argument("--outcome-threshold", type=float, help="outcome = score > THRESHOLD (0 for phantom rewards)")
-    ap.add_argument("--eps", type=float, default=1e-6, help="spread below which a group is flat (verl: 1e-6)")
-    ap.add_argument("--train-batch-size", type=int, default=32, help="kept groups per step (default 32)")
-    ap.add_argument("--gen-batch-size", type=int, default=96, help="groups per generation batch (default 96)")
-    ap.add_argument("--max-num-gen-batches", type=int, default=10, help="the recipe's cap (default 10)")
-    ap.add_argument("--format", choices=("text", "json"), default="text")
+    ap.add_argument("--outcome-threshold", type=ArgTypes.finite,
+                    help="outcome = score > THRESHOLD, a finite number (0 for phantom rewards)")
+    ap.add_argument("--eps", type=ArgTypes.nonnegative, default=1e-6,
+                    help="spread below which a group is flat, >= 0 (verl: 1e-6)")
+    ap.add_argument("--train-batch-size", type=ArgTypes.count, default=32, help="kept groups per step (default 32)")
+    ap.add_argument("--gen-batch-size", type=ArgTypes.count, default=96,
+                    help="groups per generation batch (default 96)")
+    ap.add_argument("--max-num-gen-batches", type=ArgTypes.index, default=10,
+                    help="the recipe's cap, 0 for none (default 10)")
+    ap.add_argument("--format", choices=("text", "json"), default="text", help="text or json (default: text)")
     args = ap.parse_args(argv)
+    given = [f for f, on in (("--outcome-col", args.outcome_col is not None), ("--grade", args.grade),
+                             ("--outcome-threshold", args.outcome_threshold is not None)) if on]
+    if len(given) > 1:
+        print(f"phantom exposure: {' and '.join(given)} both define the outcome; allowed: one of --outcome-col, "
+              "--grade, --outcome-threshold", file=sys.stderr)
+        return 2
     try:
-        if args.train_batch_size < 1 or args.gen_batch_size < 1:
-            raise RolloutError("--train-batch-size and --gen-batch-size must be integers >= 1")
         df = load_rollouts(args.rollouts)
         e = exposure(df, source=str(args.rollouts), group_col=args.group_col, outcome_col=args.outcome_col,
                      score_col=args.score_col, length_col=args.length_col, step_col=args.step_col,

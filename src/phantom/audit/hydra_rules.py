@@ -116,6 +116,6 @@ def _names(entries: list[Entry]) -> str:
 def _finding(rule: str, name: str, s: Settings, entries: list[Entry], message: str, why: str, fix: str,
              overrides: tuple[str, ...], expect: dict[str, Any], severity: str = "error") -> Finding:
     first = entries[0]
-    return Finding(rule, name, severity, first.key, message, why, fix, chapter("verl"), first.file, first.line,
+    return Finding(rule, name, severity, first.key, message, why, fix, chapter("verl_ref"), first.file, first.line,
                    fix_overrides=overrides, fix_expect=expect, keys=tuple(e.key for e in entries),
                    fix_status="composed against verl's Hydra config in tests/test_audit_hydra.py" if overrides else None)

@@ -135,7 +135,7 @@ def _finding(rule: str, name: str, sev: str, s: Settings, keys: list[str], messa
     fixes, expect = _fix_for(s, keys)
     first = s.doc.entries[keys[0]]
     fix = " ".join(fixes) + (f" ({fix_note})" if fix_note else "")
-    return Finding(rule, name, sev, keys[0], message, why, fix, chapter("verl"), first.file, first.line,
+    return Finding(rule, name, sev, keys[0], message, why, fix, chapter("verl_ref"), first.file, first.line,
                    fix_overrides=tuple(fixes), fix_expect=expect, keys=tuple(keys))
 
 

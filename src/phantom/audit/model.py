@@ -29,6 +29,7 @@ BOOK: dict[str, str] = {
     "phantom": "book/chapters/02_phantom_advantage.md",
     "filter": "book/chapters/03_filter.md",
     "verl": "book/chapters/05_verl_runs.md",
+    "verl_ref": "book/chapters/appendix_verl.md",  # legacy trainer, Hydra composition: how verl is run
     "estimators": "book/chapters/07_estimators.md",
     "what_not": "book/chapters/08_what_does_not_matter.md",
     "rules": "book/chapters/09_rules.md",

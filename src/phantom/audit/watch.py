@@ -10,6 +10,11 @@ held-out accuracy has not yet fallen by ``--acc-drop`` (default 0.10, absolute):
 step rules of :mod:`phantom.dynamics`, so the watch and the book's dynamics tables read one order.
 ``--once`` prints the table and exits (CI, notebooks): exit 1 when a warning fired, 2 when the
 file cannot be read, else 0.
+
+It never reports "all clear" on nothing: no complete record, records without a ``data`` mapping, none
+of the known metric keys, a ``--val-key`` that matches no validation key, or a file that never appeared
+within ``--timeout``, are each named and exit 2. A run folder's status (``manifest.json``: running,
+done, failed, interrupted) is shown in the table's first line.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from phantom.cli import exit_code_of as _exit_code
 from phantom.dynamics import ACC_DROP, LENGTH_DROP, first_fall
 
 __all__ = ["Alert", "MetricsTail", "detect", "indicators", "main", "render"]
@@ -56,6 +62,7 @@ class MetricsTail:
         self.path = p / "metrics.jsonl" if p.is_dir() else p
         self.rows: dict[int, dict[str, Any]] = {}
         self.bad_lines = 0
+        self.flat = 0  # records whose "data" is missing or not a mapping (metrics at the top level?)
         self._offset, self._buf, self._ino = 0, b"", None
 
     def poll(self) -> bool:
@@ -66,7 +73,7 @@ class MetricsTail:
             return False
         if st.st_ino != self._ino or st.st_size < self._offset:  # new file, or verl truncated it on restart
             self.rows.clear()
-            self._offset, self._buf, self._ino, self.bad_lines = 0, b"", st.st_ino, 0
+            self._offset, self._buf, self._ino, self.bad_lines, self.flat = 0, b"", st.st_ino, 0, 0
         if st.st_size == self._offset:
             return False
         with self.path.open("rb") as fh:
@@ -88,7 +95,11 @@ class MetricsTail:
         if not isinstance(rec, dict) or not isinstance(rec.get("step"), (int, float)):
             self.bad_lines += 1
             return False
-        self.rows.setdefault(int(rec["step"]), {}).update(rec.get("data") or {})
+        data = rec.get("data")
+        if not isinstance(data, dict):
+            self.flat += 1
+            data = {}
+        self.rows.setdefault(int(rec["step"]), {}).update(data)
         return True
 
     @property
@@ -135,6 +146,49 @@ def indicators(rows: dict[int, dict[str, Any]], *, val_key: str | None = None) -
         r = rows[step]
         table.append({"step": step, **{col: _num(r.get(key)) for col, key in source.items()}})
     return table, source
+
+
+def known_keys() -> list[str]:
+    """The metric keys the watch reads (a validation key has its data source and sample count in it)."""
+    return ["val-core/<data source>/acc/mean@<n>", "val-core/<data source>/reward/mean@<n>",
+            *(k for cands in COLUMNS.values() for k in cands)]
+
+
+def key_problem(tail: MetricsTail, source: dict[str, str], val_key: str | None, *, final: bool) -> str | None:
+    """Why the table would read nothing, or None: records without ``data``, none of the known keys, a
+    ``--val-key`` matching no validation key. ``final``: the file will not grow (``--once``), so a
+    ``--val-key`` on a file without any validation key is wrong too; a live run may still log one."""
+    if not tail.rows:
+        return None
+    if tail.flat and not any(tail.rows.values()):
+        return (f"{tail.path}: {tail.flat} record(s) without a \"data\" mapping; allowed: verl's file-logger lines, "
+                '{"step": n, "data": {"metric": value, ...}}')
+    vals = sorted({k for r in tail.rows.values() for k in r if VAL_ACC.match(k) or VAL_REWARD.match(k)})
+    if val_key is not None and "val_acc" not in source and (vals or final):
+        return (f"--val-key {val_key!r} matches none of the validation keys; allowed: a part of one of "
+                f"{', '.join(vals) if vals else '(none in this file)'}")
+    if not source:
+        found = sorted({k for r in tail.rows.values() for k in r})
+        more = f" (and {len(found) - 8} more)" if len(found) > 8 else ""
+        return (f"{tail.path}: none of the known metric keys in {len(tail.rows)} step(s); found: "
+                f"{', '.join(found[:8]) or 'nothing'}{more}; allowed: {', '.join(known_keys())}")
+    return None
+
+
+def run_status(metrics: Path) -> str | None:
+    """The status of the run folder holding ``metrics`` (its ``manifest.json``), e.g. ``running (pid 12)``."""
+    try:
+        m = json.loads((metrics.parent / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(m, dict) or not isinstance(m.get("status"), str):
+        return None
+    status = m["status"]
+    if status == "running" and m.get("pid"):
+        status += f" (pid {m['pid']} on {m.get('host', '?')})"
+    elif status in ("failed", "interrupted") and m.get("error"):
+        status += f": {str(m['error'])[:120]}"
+    return status
 
 
 def _median(xs: list[float]) -> float:
@@ -201,7 +255,7 @@ _C = {"bold": "\x1b[1m", "red": "\x1b[31m", "yellow": "\x1b[33m", "dim": "\x1b[2
 
 
 def render(table: list[dict], source: dict[str, str], alerts: list[Alert], *, path: str = "", rows: int = 15,
-           color: bool = False, torn: bool = False, bad_lines: int = 0) -> str:
+           color: bool = False, torn: bool = False, bad_lines: int = 0, status: str | None = None) -> str:
     """The indicator table (last ``rows`` steps) and the alerts, as plain text or ANSI."""
     c = _C if color else dict.fromkeys(_C, "")
     cols = ["step"] + [k for k in HEADERS if k != "step" and k in source]
@@ -209,7 +263,7 @@ def render(table: list[dict], source: dict[str, str], alerts: list[Alert], *, pa
     width = {k: max(len(HEADERS[k]), 8) for k in cols}
     out = [f"{c['bold']}phantom watch{c['reset']} {path}  ({len(table)} steps"
            + (", last line incomplete" if torn else "") + (f", {bad_lines} unreadable line(s)" if bad_lines else "")
-           + ")"]
+           + ")" + (f"  run {status}" if status else "")]
     out.append(c["bold"] + "  ".join(f"{HEADERS[k]:>{width[k]}}" for k in cols) + c["reset"])
     for t in table[-rows:]:
         cells = []
@@ -232,6 +286,7 @@ def render(table: list[dict], source: dict[str, str], alerts: list[Alert], *, pa
 class WatchResult:
     alerts: list[Alert] = field(default_factory=list)
     steps: int = 0
+    error: str | None = None  # why the watch read nothing (exit 2), see key_problem
 
 
 def follow(tail: MetricsTail, *, interval: float, emit: Callable[[str], None], opts: dict[str, Any],
@@ -243,16 +298,23 @@ def follow(tail: MetricsTail, *, interval: float, emit: Callable[[str], None], o
         if tail.poll() or (not waiting and not tail.path.exists()):
             if tail.path.exists():
                 table, source = indicators(tail.rows, val_key=opts["val_key"])
+                result.error = key_problem(tail, source, opts["val_key"], final=False)
+                if result.error:
+                    return result
                 result.alerts = detect(table, length_drop=opts["length_drop"], acc_drop=opts["acc_drop"])
                 result.steps = len(table)
                 emit(render(table, source, result.alerts, path=str(tail.path), rows=opts["rows"],
-                            color=opts["color"], torn=tail.torn, bad_lines=tail.bad_lines))
+                            color=opts["color"], torn=tail.torn, bad_lines=tail.bad_lines,
+                            status=run_status(tail.path)))
             else:
                 emit(f"waiting for {tail.path} ...")
                 waiting = True
-        if until_done and _finished(tail.path):
-            return result
-        if timeout is not None and clock() - start >= timeout:
+        if (until_done and _finished(tail.path)) or (timeout is not None and clock() - start >= timeout):
+            if not result.steps:
+                why = "never appeared" if not tail.path.exists() else "holds no complete record"
+                until = "before the run finished" if until_done and _finished(tail.path) else \
+                    f"within --timeout {timeout:g} s"
+                result.error = f"{tail.path} {why} {until}"
             return result
         sleep(interval)
 
@@ -262,33 +324,51 @@ def _finished(metrics: Path) -> bool:
         status = json.loads((metrics.parent / "manifest.json").read_text()).get("status")
     except (OSError, json.JSONDecodeError, AttributeError):
         return False
-    return status in ("done", "failed")
+    return status in ("done", "failed", "interrupted")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="phantom watch", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+def _parser() -> argparse.ArgumentParser:
+    from phantom.cli import ArgTypes, command_parser, exit_codes
+
+    codes = exit_codes("a warning fired (length or accuracy fell)",
+                       c2="the file cannot be read, never appeared, or holds none of the known metric keys; a "
+                          "--val-key that matches nothing; a bad flag")
+    ap = command_parser("phantom watch", "Follow a run's metrics.jsonl and warn on the leading indicators: the "
+                        "all-fail fraction, phantom groups, mean response length and validation accuracy. Length "
+                        "falling while accuracy holds is the early warning of a phantom collapse.",
+                        ["phantom watch runs/<run>                     # follow a run folder until Ctrl-C",
+                         "phantom watch --once runs/<run>/metrics.jsonl",
+                         "phantom watch --until-done --timeout 3600 checkpoints/my_run/metrics.jsonl",
+                         "phantom watch --once metrics.jsonl --val-key gsm8k --length-drop 0.3"], codes,
+                        notes="Known keys: " + ", ".join(known_keys()))
     ap.add_argument("metrics", help="a metrics.jsonl (verl file logger or phantom lab) or a run folder")
     ap.add_argument("--once", action="store_true", help="print the table once and exit (exit 1 on a warning)")
-    ap.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
+    ap.add_argument("--interval", type=ArgTypes.positive, default=2.0, help="seconds between polls (default 2)")
     ap.add_argument("--length-drop", type=float, default=LENGTH_DROP,
-                    help=f"warn when mean length falls by this fraction of its start (default {LENGTH_DROP:g})")
+                    help=f"warn when mean length falls by this fraction of its start, 0 < x < 1 (default {LENGTH_DROP:g})")
     ap.add_argument("--acc-drop", type=float, default=ACC_DROP,
                     help=f"accuracy alarm when validation accuracy falls this far below its first value "
-                         f"(absolute, default {ACC_DROP:g})")
-    ap.add_argument("--val-key", help="substring picking the validation data source (default: the first)")
-    ap.add_argument("--rows", type=int, default=15, help="steps shown (default 15)")
-    ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")
-    ap.add_argument("--timeout", type=float, help="stop following after this many seconds")
-    ap.add_argument("--until-done", action="store_true", help="stop when the run folder's manifest is done/failed")
-    args = ap.parse_args(argv)
+                         f"(absolute, 0 < x < 1, default {ACC_DROP:g})")
+    ap.add_argument("--val-key", help="part of the validation key picking its data source (default: the first); "
+                                      "exit 2 when it matches none")
+    ap.add_argument("--rows", type=ArgTypes.count, default=15, help="steps shown (default 15)")
+    ap.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                    help="auto (on a terminal), always or never")
+    ap.add_argument("--timeout", type=ArgTypes.positive, help="stop following after this many seconds (exit 2 if "
+                                                              "no record came)")
+    ap.add_argument("--until-done", action="store_true",
+                    help="stop when the run folder's manifest is done, failed or interrupted")
+    return ap
+
+
+@_exit_code
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     for name in ("length_drop", "acc_drop"):
         if not 0.0 < getattr(args, name) < 1.0:
             print(f"phantom watch: --{name.replace('_', '-')} {getattr(args, name)} is invalid; allowed: 0 < x < 1",
                   file=sys.stderr)
             return 2
-    if args.interval <= 0 or args.rows < 1:
-        print("phantom watch: --interval must be > 0 and --rows >= 1", file=sys.stderr)
-        return 2
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     opts = {"val_key": args.val_key, "length_drop": args.length_drop, "acc_drop": args.acc_drop, "rows": args.rows,
             "color": color}
@@ -302,19 +382,22 @@ def main(argv: list[str] | None = None) -> int:
         if not table:
             print(f"phantom watch: {tail.path}: no complete {{\"step\": n, \"data\": ...}} records", file=sys.stderr)
             return 2
+        problem = key_problem(tail, source, args.val_key, final=True)
+        if problem:
+            print(f"phantom watch: {problem}", file=sys.stderr)
+            return 2
         alerts = detect(table, length_drop=args.length_drop, acc_drop=args.acc_drop)
         print(render(table, source, alerts, path=str(tail.path), rows=args.rows, color=color, torn=tail.torn,
-                     bad_lines=tail.bad_lines))
+                     bad_lines=tail.bad_lines, status=run_status(tail.path)))
         return 1 if any(a.severity == "warning" for a in alerts) else 0
     clear = "\x1b[H\x1b[2J" if color else ""
 
     def emit(text: str) -> None:
         print(clear + text + ("" if color else "\n"), flush=True)
 
-    try:
-        res = follow(tail, interval=args.interval, emit=emit, opts=opts, timeout=args.timeout,
-                     until_done=args.until_done)
-    except KeyboardInterrupt:
-        table, _ = indicators(tail.rows, val_key=args.val_key)
-        res = WatchResult(detect(table, length_drop=args.length_drop, acc_drop=args.acc_drop), len(table))
+    res = follow(tail, interval=args.interval, emit=emit, opts=opts, timeout=args.timeout,
+                 until_done=args.until_done)  # Ctrl-C: phantom.cli's policy (one line, exit 130)
+    if res.error:
+        print(f"phantom watch: {res.error}", file=sys.stderr)
+        return 2
     return 1 if any(a.severity == "warning" for a in res.alerts) else 0

@@ -54,6 +54,7 @@ from phantom.book.execute import (
     log,
     takes_profile,
 )
+from phantom.cli import exit_code_of as _exit_code
 
 __all__ = ["LabMissing", "chapter_main", "book_main", "vendor_js"]
 
@@ -62,16 +63,31 @@ __all__ = ["LabMissing", "chapter_main", "book_main", "vendor_js"]
 # CLI: phantom chapter ...
 # --------------------------------------------------------------------------------------------
 def _chapter_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="phantom chapter", description="Execute one book chapter with papermill.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    run = sub.add_parser("run", help="execute a chapter (-p NAME VALUE overrides a parameter)")
+    from phantom import cli
+
+    codes = cli.exit_codes("a checked claim fails at the default parameters (or on another warm start of the same "
+                           "experiment: -p sweep / -p runs_root); a chapter that fails to execute")
+    ap = cli.command_parser("phantom chapter", "Execute one book chapter with papermill, its parameters set with "
+                            "-p NAME VALUE (typed by the chapter's parameters cell, never evaluated).",
+                            ["phantom chapter list", "phantom chapter run phantom_advantage -p group_size 8",
+                             "phantom chapter run collapse_cpu --profile quick"], codes)
+    sub = cli.subcommands(ap)
+    run = cli.add_command(sub, "run", help="execute a chapter (-p NAME VALUE overrides a parameter)",
+                          examples=["phantom chapter run phantom_advantage -p group_size 8",
+                                    "phantom chapter run 04 --profile quick",
+                                    "phantom chapter run estimators -p sweep data/runs/lab_paper_graded_2e-3_sft1/"
+                                    "sweep.yaml -p runs_root data/runs/lab_paper_graded_2e-3_sft1"], codes=codes)
     run.add_argument("name", help="chapter: short name (phantom_advantage), stem (02_phantom_advantage) or number")
-    run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
+    run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                     help="a parameter of the chapter's parameters cell (`phantom chapter list` names them)")
     run.add_argument("-o", "--output", help="output .ipynb (default: _build/chapters/<stem>.ipynb)")
-    run.add_argument("--profile", choices=PROFILES, default="full", help="lab profile for chapters that read lab runs")
-    run.add_argument("--jobs", type=int, default=2, help="parallel lab runs when the chapter needs a sweep")
+    run.add_argument("--profile", choices=PROFILES, default="full",
+                     help="run profile of the lab runs a chapter reads: full or quick (default: full)")
+    run.add_argument("--jobs", type=cli.ArgTypes.count, default=2,
+                     help="parallel lab runs when the chapter needs a sweep (default 2)")
     run.add_argument("--force", action="store_true", help="execute even when a cached result matches")
-    sub.add_parser("list", help="list the chapters and their parameters")
+    cli.add_command(sub, "list", help="list the chapters and their parameters", examples=["phantom chapter list"],
+                    codes=cli.exit_codes())
     return ap
 
 
@@ -111,10 +127,12 @@ def rechecks(chapter: Chapter, params: Mapping[str, Any], given: Sequence[str], 
     return True
 
 
+@_exit_code
 def chapter_main(argv: Sequence[str] | None = None) -> int:
     """``phantom chapter run NAME -p key value ...`` and ``phantom chapter list``."""
-    ap = _chapter_parser()
-    args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
+    from phantom.cli import parse_args
+
+    args = parse_args(_chapter_parser(), list(sys.argv[1:] if argv is None else argv))
     try:
         root = repo_root()
         if args.cmd == "list":
@@ -132,6 +150,13 @@ def chapter_main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.output).resolve() if args.output else root / "_build" / "chapters" / f"{chapter.stem}.ipynb"
     if out.suffix != ".ipynb":
         print(f"phantom chapter: output {out} must end in .ipynb", file=sys.stderr)
+        return 2
+    try:  # before the kernel runs: a file where its folder should be, or a folder nobody may write
+        from phantom.runs import check_writable_dir
+
+        check_writable_dir(out.parent, what="the output folder of -o")
+    except ValueError as exc:
+        print(f"phantom chapter: {exc}", file=sys.stderr)
         return 2
     # `-p sweep FILE -p runs_root DIR` points a lab chapter at another sweep (the paper sweep on another warm
     # start): that sweep is the one run, into that folder (cells not finished there are trained there), and
@@ -156,6 +181,10 @@ def chapter_main(argv: Sequence[str] | None = None) -> int:
             _run_lab_sweeps({str(sweep): [chapter.stem]}, args.profile, args.jobs, runs_root=runs)
         res = execute_chapter(chapter, out, params, root=root, profile=args.profile, runs=runs, force=args.force)
     except (ChapterError, LabMissing) as exc:
+        refused = getattr(exc.__cause__, "ename", None) == "ValueError" and args.parameter
+        if refused:  # the chapter's own check of its parameters (a ValueError naming the value): bad input
+            print(f"phantom chapter: {chapter.stem} refused a -p value: {exc.__cause__.evalue}", file=sys.stderr)
+            return 2
         print(f"phantom chapter: {exc}", file=sys.stderr)
         return 1
     how = "cached" if res.cached else f"executed in {res.seconds:.1f} s"
@@ -294,21 +323,32 @@ def _write_claims(path: Path, claims: Mapping[str, list[dict]], profile: str) ->
 
 
 def _book_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="phantom book", description="Execute every chapter and build the HTML book.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="vendor JS, run the lab sweeps chapters need, execute chapters, build HTML")
+    from phantom import cli
+
+    codes = cli.exit_codes("the book was built, but a checked claim does not hold (see the report), or a step failed")
+    ap = cli.command_parser("phantom book", "Execute every chapter and build the HTML book.",
+                            ["phantom book build --profile quick", "phantom book build --profile full --out /tmp/book"],
+                            codes)
+    sub = cli.subcommands(ap)
+    b = cli.add_command(sub, "build", help="vendor JS, run the lab sweeps chapters need, execute chapters, build HTML",
+                        examples=["phantom book build --profile quick", "phantom book build --force --jobs 1"],
+                        codes=codes)
     b.add_argument("--profile", choices=PROFILES, default="full",
-                   help="lab profile: full (make book) or quick (fewer lab steps and seeds; make test)")
-    b.add_argument("--jobs", type=int, default=2, help="parallel lab runs and chapter kernels (2 cores: 2)")
+                   help="run profile: full (make book) or quick (fewer lab steps and seeds; make test)")
+    b.add_argument("--jobs", type=cli.ArgTypes.count, default=2,
+                   help="parallel lab runs and chapter kernels (2 cores: 2)")
     b.add_argument("--out", default=None,
                    help="output root: the site goes to OUT/_build/html (default: the repository root)")
     b.add_argument("--force", action="store_true", help="re-execute every chapter and rebuild every page")
     return ap
 
 
+@_exit_code
 def book_main(argv: Sequence[str] | None = None) -> int:
     """``phantom book build --profile quick|full``: the whole pipeline, strict and offline."""
-    args = _book_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    from phantom.cli import parse_args
+
+    args = parse_args(_book_parser(), list(sys.argv[1:] if argv is None else argv))
     if args.jobs < 1:
         print(f"phantom book: --jobs={args.jobs} is invalid; allowed: >= 1", file=sys.stderr)
         return 2

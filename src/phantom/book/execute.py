@@ -26,7 +26,7 @@ from typing import Any
 
 from phantom.book.chapters import ENV_BOOK, ENV_PROFILE, ENV_ROOT, ENV_RUNS, Chapter, parameters_of, repo_root
 from phantom.book.claims import read_claims
-from phantom.kernels import batch_kernel_env
+from phantom.proc.kernels import batch_kernel_env
 
 __all__ = ["ChapterError", "ExecResult", "build_params", "cache_key", "phantom_modules", "postprocess", "chapter_env",
            "execute_chapter", "environ", "copy_if_changed", "log"]
@@ -302,7 +302,7 @@ def build_params(chapter: Chapter, profile: str) -> dict[str, Any]:
 
 def chapter_env(root: Path, profile: str, runs: Path) -> dict[str, str]:
     """What a chapter's kernel sees: offline figures on, the repository, profile and runs folder, and the
-    batch kernels' IPython start-up (:mod:`phantom.kernels`)."""
+    batch kernels' IPython start-up (:mod:`phantom.proc.kernels`)."""
     return {ENV_BOOK: "1", ENV_ROOT: str(root), ENV_PROFILE: profile, ENV_RUNS: str(runs),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYDEVD_DISABLE_FILE_VALIDATION": "1",
             **batch_kernel_env(_cache_dir(root))}

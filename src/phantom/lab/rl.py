@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -356,7 +357,7 @@ def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,
     ``threads``: torch threads (see :class:`Trainer`); the manifest records those asked for and used.
 
     The folder is marked ``running`` while training, ``done`` at the end, ``failed`` on any
-    exception or interrupt; a failed or stale folder is wiped and re-run next time.
+    exception, ``interrupted`` on Ctrl-C; such a folder, or a stale one, is wiped and re-run next time.
     """
     from tqdm.auto import tqdm
 
@@ -365,6 +366,9 @@ def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,
     name = name or spec.run_name()
     existing = RunDir(runs_root(root) / name)
     if existing.check_startable(d):
+        if progress:  # a reader who asked for a run should not mistake a reused folder for a fresh one
+            print(f"phantom lab: reusing the finished run {existing.path} (same spec; delete the folder to run it "
+                  "again)", file=sys.stderr)
         return existing
     ckpt = ensure_sft_model(spec.sft, progress=progress)
     trainer = Trainer(spec, ckpt, threads=threads)
@@ -392,7 +396,7 @@ def run_arm(spec: ArmSpec | dict[str, Any], *, name: str | None = None,
             if VAL_ACC in m:
                 bar.set_postfix(acc=f"{m[VAL_ACC]:.2f}", len=f"{m[VAL_LEN]:.0f}")
     except BaseException as e:
-        run.finish("failed", error=f"{type(e).__name__}: {e}")
+        run.abort(e)
         raise
     run.finish("done", wall_seconds=time.time() - t_start, summary=_summary(history))
     return run

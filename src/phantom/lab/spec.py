@@ -22,6 +22,10 @@ __all__ = ["ArmSpec", "ESTIMATORS", "SAMPLINGS", "DROPS", "DAPO_METRIC"]
 ESTIMATORS: tuple[str, ...] = ("grpo", "drgrpo", "gspo")
 SAMPLINGS: tuple[str, ...] = ("gate", "dapo")
 DROPS: tuple[str, ...] = ("zero", "mask")
+#: seeds go to torch's and numpy's generators; every count has an upper bound too, so that a typo
+#: (``--set prompts=1e23``) is refused with its name before a folder is made, not deep in a run
+#: (eval_n: the held-out problems stop below index 100000, where the SFT's check problems start)
+MAX_SEED = 2**32 - 1
 #: DAPO's ``filter_groups.metric`` for each arm (the arm is which signal decides "no contrast").
 DAPO_METRIC = {"score": "score", "outcome": "acc"}
 
@@ -33,11 +37,11 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
 
 
 def _int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-        raise ValueError(f"{name}={value!r} is not an integer; allowed: an integer >= {lo}")
+    allowed = f"{lo} <= {name} <= {hi}" if hi is not None else f"{name} >= {lo}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or int(value) != value:
+        raise ValueError(f"{name}={value!r} is not an integer; allowed: an integer, {allowed}")
     v = int(value)
     if v < lo or (hi is not None and v > hi):
-        allowed = f"{lo} <= {name} <= {hi}" if hi is not None else f"{name} >= {lo}"
         raise ValueError(f"{name}={value!r} is out of range; allowed: {allowed}")
     return v
 
@@ -110,13 +114,13 @@ class ArmSpec:
         _choice("estimator", self.estimator, ESTIMATORS)
         _choice("kind", self.kind, KINDS)
         s(self, "lam", check_lam(self.lam, upper=1.0))
-        s(self, "cap", _int("cap", self.cap, 1))
-        s(self, "seed", _int("seed", self.seed, 0))
-        s(self, "steps", _int("steps", self.steps, 1))
-        s(self, "prompts", _int("prompts", self.prompts, 1))
-        s(self, "rollouts", _int("rollouts", self.rollouts, 2))
+        s(self, "cap", _int("cap", self.cap, 1, 1_000_000))
+        s(self, "seed", _int("seed", self.seed, 0, MAX_SEED))
+        s(self, "steps", _int("steps", self.steps, 1, 100_000))
+        s(self, "prompts", _int("prompts", self.prompts, 1, 4096))
+        s(self, "rollouts", _int("rollouts", self.rollouts, 2, 256))
         s(self, "lr", _float("lr", self.lr, 0.0, 1.0, lo_open=True))
-        s(self, "warmup_steps", _int("warmup_steps", self.warmup_steps, 0))
+        s(self, "warmup_steps", _int("warmup_steps", self.warmup_steps, 0, 100_000))
         s(self, "adam_beta2", _float("adam_beta2", self.adam_beta2, 0.0, 1.0, hi_open=True))
         s(self, "weight_decay", _float("weight_decay", self.weight_decay, 0.0, 1.0))
         s(self, "grad_clip", _float("grad_clip", self.grad_clip, 0.0, 1e6, lo_open=True))
@@ -130,29 +134,31 @@ class ArmSpec:
         s(self, "lora_alpha", _float("lora_alpha", self.lora_alpha, 0.0, 1e4, lo_open=True))
         if not isinstance(self.train_embeddings, bool):
             raise ValueError(f"train_embeddings={self.train_embeddings!r} is invalid; allowed: true, false")
-        s(self, "mini_batches", _int("mini_batches", self.mini_batches, 1))
-        s(self, "ppo_epochs", _int("ppo_epochs", self.ppo_epochs, 1))
+        s(self, "mini_batches", _int("mini_batches", self.mini_batches, 1, 4096))
+        s(self, "ppo_epochs", _int("ppo_epochs", self.ppo_epochs, 1, 100))
         s(self, "temperature", _float("temperature", self.temperature, 0.0, 10.0, lo_open=True))
-        s(self, "eval_every", _int("eval_every", self.eval_every, 1))
-        s(self, "eval_n", _int("eval_n", self.eval_n, 1))
+        s(self, "eval_every", _int("eval_every", self.eval_every, 1, 100_000))
+        s(self, "eval_n", _int("eval_n", self.eval_n, 1, 100_000))
         from phantom.lab.sft import PROFILES  # lazy: keeps `phantom lab --help` light
 
         _choice("model", self.model, tuple(PROFILES))
         # a partial task dict overrides the profile's task field by field: `{terms: [3, 5]}` from the
         # graded warm start must keep its graded style and slack, not fall back to TaskConfig's defaults
         own = PROFILES[self.model].task
+        if self.task is not None and not isinstance(self.task, dict):
+            raise ValueError(f"task={self.task!r} is invalid; allowed: a mapping of task fields, e.g. {{terms: [3, 5]}}")
         task = own if self.task is None else TaskConfig.from_dict({**own.to_dict(), **dict(self.task)})
         s(self, "task", task.to_dict())
         s(self, "max_new", _int("max_new", PROFILES[self.model].max_new if self.max_new is None else self.max_new,
                                 1, 192))
         if self.sft_seed is not None:
-            s(self, "sft_seed", _int("sft_seed", self.sft_seed, 0))
+            s(self, "sft_seed", _int("sft_seed", self.sft_seed, 0, MAX_SEED))
             if self.sft_seed == PROFILES[self.model].seed:  # the profile's own checkpoint: one spec, one run
                 s(self, "sft_seed", None)
         s(self, "noise_p", check_noise_p(self.noise_p))
         _choice("sampling", self.sampling, SAMPLINGS)
-        s(self, "gen_prompts", _int("gen_prompts", self.gen_prompts, 0))
-        s(self, "max_gen_batches", _int("max_gen_batches", self.max_gen_batches, 1))
+        s(self, "gen_prompts", _int("gen_prompts", self.gen_prompts, 0, 65_536))
+        s(self, "max_gen_batches", _int("max_gen_batches", self.max_gen_batches, 1, 1000))
         _choice("drop", self.drop, DROPS)
         if self.prompts % self.mini_batches:
             raise ValueError(f"mini_batches={self.mini_batches} must divide prompts={self.prompts}")

@@ -27,10 +27,12 @@ from typing import Any
 
 import yaml
 
-from phantom.kernels import batch_kernel_env
 from phantom.lab.spec import ArmSpec
-from phantom.runs import RunDir, RunInUse, runs_root
-from phantom.zygote import code_command, kernel_zygote
+from phantom.lab.sweep_yaml import SweepError, read_sweep
+from phantom.proc.kernels import batch_kernel_env
+from phantom.proc.zygote import code_command, kernel_zygote
+from phantom.runs import RunDir, RunInUse
+from phantom.runs import runs_root as _runs_root  # the name `runs_root` is a parameter below
 
 __all__ = ["PROFILES", "Cell", "SweepFailed", "list_sweeps", "load_sweep", "expand", "run_sweep", "sweep_table",
            "notebook_path", "materialize_notebook", "build_warm_starts"]
@@ -38,7 +40,7 @@ __all__ = ["PROFILES", "Cell", "SweepFailed", "list_sweeps", "load_sweep", "expa
 PROFILES: tuple[str, ...] = ("full", "quick")
 _NB_DIR = ".lab_notebooks"
 #: what a cell's papermill process and kernel import (``notebooks/lab_arm.py``), preloaded by the sweep's
-#: zygote (:mod:`phantom.zygote`); torch's optimizers import ``torch._dynamo`` (1.5 s) on first use
+#: zygote (:mod:`phantom.proc.zygote`); torch's optimizers import ``torch._dynamo`` (1.5 s) on first use
 #: (not tqdm.auto: it picks its front end when first imported, which must happen inside the kernel);
 #: ``prepare_zygote`` builds, loads and checks the C decode kernel once for every forked cell
 PRELOAD = ("torch", "torch._dynamo", "torch.optim", "numpy", "pandas", "phantom.lab.rl", "phantom.runs",
@@ -103,11 +105,9 @@ def sweep_file(name_or_path: str | os.PathLike[str], root: str | os.PathLike[str
 
 
 def load_sweep(name_or_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A sweep definition by package name (``paper``) or by file path."""
-    d = yaml.safe_load(sweep_file(name_or_path).read_text()) or {}
-    if not isinstance(d.get("groups"), dict) or not d["groups"]:
-        raise ValueError(f"sweep {name_or_path!s} has no groups (a mapping of group name -> set/grid)")
-    return d
+    """A sweep definition by package name (``paper``) or by file path, every cell of every profile checked
+    (:func:`phantom.lab.sweep_yaml.read_sweep`: a problem is named with its file and line)."""
+    return read_sweep(sweep_file(name_or_path), profiles=PROFILES, cells=expand)
 
 
 def expand(sweep: dict[str, Any], profile: str = "full") -> list[Cell]:
@@ -124,17 +124,20 @@ def expand(sweep: dict[str, Any], profile: str = "full") -> list[Cell]:
         g = g or {}
         unknown = set(g) - {"set", "grid", "section", "about"}
         if unknown:
-            raise ValueError(f"group {gname!r} has unknown key(s) {sorted(unknown)}; allowed: set, grid, section, about")
+            raise SweepError(f"group {gname!r} has unknown key(s) {sorted(unknown)}; allowed: set, grid, section, about",
+                             group=gname)
         grid = dict(g.get("grid") or {})
         if "seed" in grid and "seeds" in prof:
-            grid["seed"] = [s for s in grid["seed"] if s in prof["seeds"]] or prof["seeds"][:1]
+            seeds = grid["seed"] if isinstance(grid["seed"], list) else [grid["seed"]]
+            grid["seed"] = [s for s in seeds if s in prof["seeds"]] or prof["seeds"][:1]
         keys = list(grid)
         for values in itertools.product(*(grid[k] if isinstance(grid[k], list) else [grid[k]] for k in keys)):
             fields = {**base, **(g.get("set") or {})}
             for k, v in zip(keys, values):
                 if k == "variant":  # a bundle of fields that vary together
                     if not isinstance(v, dict):
-                        raise ValueError(f"group {gname!r}: each variant must be a mapping of spec fields, got {v!r}")
+                        raise SweepError(f"group {gname!r}: each variant must be a mapping of spec fields, got {v!r}",
+                                         group=gname)
                     fields.update(v)
                 else:
                     fields[k] = v
@@ -142,7 +145,7 @@ def expand(sweep: dict[str, Any], profile: str = "full") -> list[Cell]:
             try:
                 spec = ArmSpec.from_dict(fields)
             except ValueError as e:
-                raise ValueError(f"sweep group {gname!r}, cell {dict(zip(keys, values))}: {e}") from None
+                raise SweepError(f"sweep group {gname!r}, cell {dict(zip(keys, values))}: {e}", group=gname) from None
             cell = cells.setdefault(spec.run_name(), Cell(spec))
             if gname not in cell.groups:
                 cell.groups.append(gname)
@@ -292,7 +295,7 @@ def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
         except RunInUse as e:
             busy.append(str(e))
     if busy:
-        raise SweepFailed("cells are being run by another process:\n" + "\n".join(busy))
+        raise RunInUse("cells are being run by another process:\n" + "\n".join(busy))
     if dry_run or not todo:
         return runs
     build_warm_starts([c.spec.sft for c in todo], jobs=jobs, progress=progress)
@@ -308,7 +311,7 @@ def run_sweep(name_or_path: str | os.PathLike[str], *, profile: str = "full",
                disable=not progress)
     env = _cell_env(root)
     # one zygote for the sweep when there is more than one cell: each kernel is forked with torch and
-    # the lab already imported (phantom.zygote; benchmarks/bench_sweep.py: ~2 CPU-s less per cell)
+    # the lab already imported (phantom.proc.zygote; benchmarks/bench_sweep.py: ~2 CPU-s less per cell)
     with kernel_zygote(root / _NB_DIR, preload=PRELOAD, env=env, enabled=len(todo) > 1) as z:
         try:
             while pending or active:
@@ -400,10 +403,6 @@ def _build_level(todo: list[Any], *, jobs: int, progress: bool) -> None:
         raise
     if failed:
         raise SweepFailed("SFT warm starts failed to build:\n" + "\n".join(failed))
-
-
-def _runs_root(r: str | os.PathLike[str] | None) -> Path:
-    return runs_root(r)
 
 
 def sweep_table(name_or_path: str | os.PathLike[str], *, profile: str = "full",

@@ -83,11 +83,15 @@ class TaskConfig:
     slack: float = 0.6
 
     def __post_init__(self) -> None:
-        terms = tuple(int(t) for t in self.terms)
-        object.__setattr__(self, "terms", terms)
-        if len(terms) != 2 or not (2 <= terms[0] <= terms[1] <= 12):
+        try:
+            terms = tuple(int(t) for t in self.terms if int(t) == t)
+        except (TypeError, ValueError, OverflowError):
+            terms = ()
+        if len(terms) != 2 or len(terms) != len(self.terms) or not (2 <= terms[0] <= terms[1] <= 12):
             raise ValueError(f"terms={self.terms!r} is invalid; allowed: (lo, hi) with 2 <= lo <= hi <= 12")
-        if not (9 <= int(self.max_operand) <= 9999):
+        object.__setattr__(self, "terms", terms)
+        if isinstance(self.max_operand, bool) or not isinstance(self.max_operand, int) or \
+                not (9 <= self.max_operand <= 9999):
             raise ValueError(f"max_operand={self.max_operand!r} is invalid; allowed: 9 <= max_operand <= 9999")
         if self.wording not in WORDINGS:
             raise ValueError(f"wording={self.wording!r} is unknown; allowed: {', '.join(WORDINGS)}")
@@ -116,7 +120,7 @@ class TaskConfig:
         if unknown:
             raise ValueError(f"task has unknown field(s) {sorted(unknown)}; allowed: "
                              f"{', '.join(f.name for f in fields(cls))}")
-        return cls(**{k: (tuple(v) if k == "terms" else v) for k, v in d.items()})
+        return cls(**d)  # __post_init__ makes terms a tuple (and names a terms that is not a pair)
 
 
 @dataclass(frozen=True)

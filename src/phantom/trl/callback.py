@@ -217,9 +217,9 @@ class PhantomCallback(TrainerCallback):
         self.history.append({"_step": step, **m})
 
     def fail(self, error: BaseException) -> None:
-        """Mark the run failed (TRL has no exception hook; runners call this)."""
+        """Mark the run failed, or interrupted on Ctrl-C (TRL has no exception hook; runners call this)."""
         if self.run is not None and self.run.status == "running":
-            self.run.finish("failed", error=f"{type(error).__name__}: {error}")
+            self.run.abort(error)
 
 
 def _plain(v: Any) -> Any:

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from phantom.cli import exit_code_of as _exit_code
 from phantom.lab import sweep as lab_sweep
 from phantom.runs import RunDir, RunInUse, runs_root
 from phantom.trl.lab import ARMS, TrlArmSpec
@@ -79,7 +80,7 @@ def run_sweep(profile: str = "full", *, model: str | None = None, arms: Sequence
         except RunInUse as e:
             busy.append(str(e))
     if busy:
-        raise SweepFailed("cells are being run by another process:\n" + "\n".join(busy))
+        raise RunInUse("cells are being run by another process:\n" + "\n".join(busy))
     if dry_run or not todo:
         return runs
     ensure_sft_model(todo[0].model, progress=progress)
@@ -130,38 +131,67 @@ def endpoints(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (list(ARMS).index(r["arm"]) if r["arm"] in ARMS else 9, r["seed"]))
 
 
+def _seeds(text: str) -> list[int]:
+    """``--seeds 0,1,2``: integers >= 0, named when one is not."""
+    out = []
+    for part in text.split(","):
+        if not part.strip().isdigit():
+            raise ValueError(f"--seeds {text!r}: {part.strip()!r} is not a seed; allowed: integers >= 0, comma-separated")
+        out.append(int(part))
+    return out
+
+
+@_exit_code
 def main(argv: list[str] | None = None) -> int:
     """``phantom trl sweep|table``."""
-    import argparse
+    from phantom import cli
 
-    ap = argparse.ArgumentParser(prog="phantom trl", description="TRL's GRPOTrainer on the CPU lab (phantom.trl)")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sw = sub.add_parser("sweep", help="run the three arms x seeds (notebooks/trl_arm.py via papermill)")
-    sw.add_argument("--profile", default="full", choices=list(PROFILES))
+    codes = cli.exit_codes("some cells of the sweep failed; their logs are named")
+    ap = cli.command_parser("phantom trl", "TRL's GRPOTrainer on the CPU lab (phantom.trl): the three arms (no "
+                            "filter, shaped-score filter, outcome gate) x seeds, and their endpoints.",
+                            ["phantom trl sweep --profile quick --runs-dir /tmp/trl",
+                             "phantom trl table --runs-dir data/runs/trl_cpu_lab"], codes)
+    sub = cli.subcommands(ap)
+    sw = cli.add_command(sub, "sweep", help="run the three arms x seeds (notebooks/trl_arm.py via papermill)",
+                         examples=["phantom trl sweep --profile quick --runs-dir /tmp/trl",
+                                   "phantom trl sweep --profile full --arms none,outcome --seeds 0 --dry-run"],
+                         codes=codes)
+    sw.add_argument("--profile", default="full", choices=list(PROFILES), help="full or quick (default: full)")
     sw.add_argument("--model", default=None, help="lab SFT profile (default: lab_graded for full, tiny for quick)")
-    sw.add_argument("--arms", default=None, help=f"comma list of {', '.join(ARMS)}")
+    sw.add_argument("--arms", default=None, help=f"comma list of {', '.join(ARMS)} (default: all)")
     sw.add_argument("--seeds", default=None, help="comma list of seeds (default: the profile's)")
-    sw.add_argument("--runs-dir", default=None)
+    sw.add_argument("--runs-dir", default=None, help="default: $PHANTOM_RUNS, else ./runs")
     sw.add_argument("--dry-run", action="store_true", help="list the cells and whether they are finished")
-    tb = sub.add_parser("table", help="endpoints of the finished TRL runs under a folder")
-    tb.add_argument("--runs-dir", default="data/runs/trl_cpu_lab")
-    a = ap.parse_args(argv)
+    tb = cli.add_command(sub, "table", help="endpoints of the finished TRL runs under a folder (exit 2 when none)",
+                         examples=["phantom trl table", "phantom trl table --runs-dir /tmp/trl"],
+                         codes=cli.exit_codes())
+    tb.add_argument("--runs-dir", default="data/runs/trl_cpu_lab", help="default: data/runs/trl_cpu_lab")
+    a = cli.parse_args(ap, argv)
     try:
         if a.cmd == "sweep":
-            seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else None
+            seeds = _seeds(a.seeds) if a.seeds else None
             arms = a.arms.split(",") if a.arms else None
+            expand(a.profile, model=a.model, arms=arms, seeds=seeds)  # every cell checked before any work
+            if not a.dry_run:
+                from phantom.runs import check_writable_dir
+
+                check_writable_dir(a.runs_dir)
             runs = run_sweep(a.profile, model=a.model, arms=arms, seeds=seeds, runs_dir=a.runs_dir,
                              dry_run=a.dry_run)
             for r in runs:
                 print(f"{r.status or 'todo':8s} {r.path}")
             return 0
         rows = endpoints(a.runs_dir)
+        if not rows:
+            where = runs_root(a.runs_dir)
+            raise ValueError(f"no finished TRL run under {where}" + ("" if where.is_dir() else " (no such folder)")
+                             + "; allowed: a folder `phantom trl sweep --runs-dir` wrote into, e.g. data/runs/trl_cpu_lab")
         for r in rows:
             print("  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
         return 0
     except (ValueError, FileNotFoundError) as e:
-        print(f"phantom trl: {e}", file=sys.stderr)
+        print(f"phantom trl {a.cmd}: {e}", file=sys.stderr)
         return 2
     except SweepFailed as e:
-        print(f"phantom trl: {e}", file=sys.stderr)
+        print(f"phantom trl {a.cmd}: {e}", file=sys.stderr)
         return 1

@@ -21,8 +21,8 @@ __all__ = ["STARTUP", "batch_ipython_dir", "batch_kernel_env", "write_if_changed
 
 #: The start-up file's text (IPython runs ``profile_default/startup/*.py`` in every kernel it starts).
 STARTUP = '''\
-# Written by phantom.kernels for batch kernels (papermill): skip jsonschema's optional rfc3987_syntax
-# backend, whose import costs ~1.6 s per kernel; see the module docstring of phantom.kernels.
+# Written by phantom.proc.kernels for batch kernels (papermill): skip jsonschema's optional rfc3987_syntax
+# backend, whose import costs ~1.6 s per kernel; see the module docstring of phantom.proc.kernels.
 import sys as _sys
 _sys.modules.setdefault("rfc3987_syntax", None)
 del _sys

@@ -1,6 +1,6 @@
-"""The zygote process of :mod:`phantom.zygote`: imports once, then forks one process per request.
+"""The zygote process of :mod:`phantom.proc.zygote`: imports once, then forks one process per request.
 
-``python -m phantom.zygote_serve SOCKET [MODULE ...]`` imports the modules, prints ``ready`` on
+``python -m phantom.proc.zygote_serve SOCKET [MODULE ...]`` imports the modules, prints ``ready`` on
 stdout and serves requests on the Unix socket: each is a client's arguments, environment, working
 directory and mode (``kernel`` or ``code``) with four file descriptors (its stdin, stdout, stderr and
 the read end of a lifeline pipe). The forked process takes those as its own, leads its own session
@@ -46,7 +46,7 @@ def serve(sock_path: str, preload: Sequence[str]) -> int:
     import gc
     import importlib
 
-    # as phantom.kernels' start-up file does in every batch kernel (plotly -> nbformat -> jsonschema)
+    # as phantom.proc.kernels' start-up file does in every batch kernel (plotly -> nbformat -> jsonschema)
     sys.modules.setdefault("rfc3987_syntax", None)
     # ipykernel's own modules are left to each kernel: its traitlets take defaults from the environment at
     # import (IPKernelApp.parent_handle from JPY_PARENT_PID), which is the client's, not the zygote's

@@ -49,8 +49,8 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from phantom.kernels import write_if_changed
-from phantom.zygote_serve import REQUEST_TIMEOUT_S, kill_group
+from phantom.proc.kernels import write_if_changed
+from phantom.proc.zygote_serve import REQUEST_TIMEOUT_S, kill_group
 
 __all__ = ["SOCKET_ENV", "SWITCH_ENV", "Zygote", "kernel_zygote", "kernel_spec_dir", "code_command"]
 
@@ -66,7 +66,7 @@ def kernel_spec_dir(base: str | os.PathLike[str]) -> Path:
     client (``JUPYTER_PATH`` entries come before every other kernel directory)."""
     d = Path(base) / ".jupyter-zygote"
     spec = d / "kernels" / "python3" / "kernel.json"
-    text = json.dumps({"argv": [sys.executable, "-m", "phantom.zygote", "client", "-f", "{connection_file}"],
+    text = json.dumps({"argv": [sys.executable, "-m", "phantom.proc.zygote", "client", "-f", "{connection_file}"],
                        "display_name": "Python 3 (ipykernel)", "language": "python", "interrupt_mode": "signal",
                        "metadata": {"debugger": True}}, indent=1) + "\n"
     write_if_changed(spec, text)
@@ -88,7 +88,7 @@ class Zygote:
         zenv = {"JE_ARROW_MALLOC_CONF": "background_thread:false", **os.environ, **(env or {})}
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "phantom.zygote_serve", str(self.socket), *preload],
+                [sys.executable, "-m", "phantom.proc.zygote_serve", str(self.socket), *preload],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log, env=zenv, start_new_session=True)
         except BaseException:
             self._log.close()
@@ -192,7 +192,7 @@ def _client(args: list[str], mode: str = "kernel") -> int:
 def code_command(code: str, *args: str) -> list[str]:
     """The command that runs ``python -c CODE ARGS`` forked from the zygote named in the environment
     (``$PHANTOM_ZYGOTE_SOCKET``), or as exactly that where none is running."""
-    return [sys.executable, "-m", "phantom.zygote", "run", "-c", code, *args]
+    return [sys.executable, "-m", "phantom.proc.zygote", "run", "-c", code, *args]
 
 
 def _readline(s: socket.socket, *, pid: int | None = None, parent: int | None = None) -> bytes:
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         return _client(argv[1:])
     if argv[:2] == ["run", "-c"] and len(argv) >= 3:
         return _client(argv[2:], mode="code")
-    print("usage: python -m phantom.zygote client -f CONNECTION_FILE | run -c CODE [ARG ...]", file=sys.stderr)
+    print("usage: python -m phantom.proc.zygote client -f CONNECTION_FILE | run -c CODE [ARG ...]", file=sys.stderr)
     return 2
 
 
