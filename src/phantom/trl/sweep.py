@@ -1,11 +1,10 @@
 """The TRL sweep: the three arms x seeds, each a papermill execution of ``notebooks/trl_arm.py``.
 
-Profiles: ``full`` (the committed runs, ``data/runs/trl_cpu_lab``: the lab's setting on the book's warm start,
-three seeds, 40 steps) and ``quick`` (a few steps on a small batch, what the tests run). ``model`` is the lab SFT profile
-(its task comes with it), so when the lab's default changes one command redoes the committed runs::
+Profiles: ``full`` (the lab's setting on the book's warm start, three seeds, 40 steps) and ``quick`` (a few
+steps on a small batch, what the tests run). ``model`` is the lab SFT profile (its task comes with it)::
 
-    rm -rf data/runs/trl_cpu_lab/trl-*
-    nice -n 10 phantom trl sweep --profile full --runs-dir data/runs/trl_cpu_lab
+    nice -n 10 phantom trl sweep --profile full --runs-dir runs/trl
+    phantom trl table --runs-dir runs/trl
 
 Cells run one at a time (TRL runs are heavier than lab runs; the CPU is shared), each in its own
 papermill process with one torch thread; finished cells are skipped, so a sweep resumes.
@@ -150,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = cli.command_parser("phantom trl", "TRL's GRPOTrainer on the CPU lab (phantom.trl): the three arms (no "
                             "filter, shaped-score filter, outcome gate) x seeds, and their endpoints.",
                             ["phantom trl sweep --profile quick --runs-dir /tmp/trl",
-                             "phantom trl table --runs-dir data/runs/trl_cpu_lab"], codes)
+                             "phantom trl table --runs-dir runs/trl"], codes)
     sub = cli.subcommands(ap)
     sw = cli.add_command(sub, "sweep", help="run the three arms x seeds (notebooks/trl_arm.py via papermill)",
                          examples=["phantom trl sweep --profile quick --runs-dir /tmp/trl",
@@ -165,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     tb = cli.add_command(sub, "table", help="endpoints of the finished TRL runs under a folder (exit 2 when none)",
                          examples=["phantom trl table", "phantom trl table --runs-dir /tmp/trl"],
                          codes=cli.exit_codes())
-    tb.add_argument("--runs-dir", default="data/runs/trl_cpu_lab", help="default: data/runs/trl_cpu_lab")
+    tb.add_argument("--runs-dir", default=None, help="default: $PHANTOM_RUNS, else ./runs")
     a = cli.parse_args(ap, argv)
     try:
         if a.cmd == "sweep":
@@ -185,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         if not rows:
             where = runs_root(a.runs_dir)
             raise ValueError(f"no finished TRL run under {where}" + ("" if where.is_dir() else " (no such folder)")
-                             + "; allowed: a folder `phantom trl sweep --runs-dir` wrote into, e.g. data/runs/trl_cpu_lab")
+                             + "; allowed: a folder `phantom trl sweep --runs-dir` wrote into")
         for r in rows:
             print("  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
         return 0
