@@ -39,7 +39,7 @@ estimator = "grpo"  # grpo | drgrpo | gspo
 lam = 0.3  # phantom strength, in [0, 1)
 steps = None  # None: the preset's
 dapo = False  # DAPO dynamic sampling (verl v1 replay-buffer filter)
-dapo_metric = "acc"  # acc (binary outcome) | score (shaped) | reward (shaped, pre-KL)
+dapo_metric = "acc"  # acc (binary outcome) | score (shaped) | reward (shaped, pre-KL) | default (no metric: verl's reward)
 model = None  # None: the preset's
 train_files = None
 val_files = None
@@ -49,6 +49,7 @@ runs_dir = None  # None: $PHANTOM_RUNS or ./runs
 timeout_s = None  # None: 2 h on cpu, 4 h on gpu (a paper arm took ~50 min on an RTX 5090, §12; 7B or smaller cards take longer)
 echo = False  # copy verl's own output into this notebook
 extra = {}  # any other spec field by name, e.g. val_freq or noise_p
+sweep = None  # manifest field of a sweep's cell (phantom verl sweep sets it)
 
 # %%
 import pandas as pd
@@ -71,7 +72,8 @@ spec
 
 # %%
 timeout = timeout_s if timeout_s is not None else (2 if spec.backend == "cpu" else 4) * 3600
-run = launch(spec, name, runs_dir=runs_dir, timeout=timeout, echo=echo)
+run = launch(spec, name, runs_dir=runs_dir, timeout=timeout, echo=echo, progress=sweep is None,
+             manifest={"sweep": sweep} if sweep else None)
 manifest = run.manifest()
 status = manifest["status"]
 print(f"{run.name}: {status} in {manifest['finished'] - manifest['started']:.0f} s -> {run.path}")

@@ -9,7 +9,7 @@ import pytest
 from phantom.audit import audit
 from phantom.audit.trl import OUTCOME_GATED_SNIPPET
 
-RUNS = Path(__file__).resolve().parents[1] / "data" / "runs" / "trl_cpu_lab"
+RUNS = Path(__file__).resolve().parent / "fixtures" / "trl_runs"  # run folders in the TRL arm's schema
 
 
 def test_printed_wrapper_snippet_runs_against_phantom_trl():
@@ -34,7 +34,7 @@ def _verdict(path: Path) -> tuple[int, set[str]]:
     return rep.exit_code, {f.rule for f in rep.findings}
 
 
-def test_committed_trl_runs_audit_by_their_arm():
+def test_trl_run_manifests_audit_by_their_arm():
     by_arm = {}
     for manifest in sorted(RUNS.glob("trl-*/manifest.json")):
         by_arm.setdefault(manifest.parent.name.split("-")[1], []).append(_verdict(manifest))

@@ -121,7 +121,7 @@ def test_run_folder_in_verl_format_and_a_committed_verl_run(tmp_path):
     (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     d = run_dynamics(run)
     assert (d["len_step"], d["acc_step"], d["all_fail_step"], d["order"]) == (5, 5, 1, "same step")
-    committed = ROOT / "data" / "runs" / "verl_cpu_lab" / "verl-cpu-lora-none"
+    committed = ROOT / "data" / "runs" / "verl_filter" / "verl-a-s0"  # verl 0.9.1, no filter
     df = read_metrics(committed)
     d = dynamics(df)
     acc = df[d["acc_key"]].dropna()

@@ -25,6 +25,8 @@ def test_two_step_gated_trl_run_writes_phantom_keys(gated_run):
     assert m["status"] == "done" and m["kind"] == "trl" and m["gate"] == "outcome"
     assert m["trl_versions"]["trl"] == "1.16.0"
     assert m["trl_config"]["num_generations"] == 4 and m["trl_config"]["scale_rewards"] == "group"
+    # two optimizer steps per generation batch (the lab's mini-batches), logged as one training step each
+    assert (m["trl_config"]["steps_per_generation"], m["trl_config"]["max_steps"]) == (2, 4)
     assert (run.path / "trl_arm.ipynb").is_file() and (run.path / "stdout.log").is_file()
     df = read_metrics(run.path)
     assert list(df.index) == [0, 1, 2]
@@ -62,13 +64,12 @@ def test_watch_reads_a_trl_run(gated_run, capsys):
 
 def test_sweep_cells():
     cells = expand("full")
-    assert [(c.arm, c.seed) for c in cells] == [("none", 0), ("drgrpo", 0), ("outcome", 0), ("none", 1),
-                                                ("drgrpo", 1), ("outcome", 1)]
-    assert {c.scale_rewards for c in cells} == {"group", "none"} and all(c.model == "lab" for c in cells)
-    assert len({c.run_name() for c in cells}) == 6
+    assert [(c.arm, c.seed) for c in cells] == [(a, s) for s in (0, 1, 2) for a in ("none", "drgrpo", "outcome")]
+    assert {c.scale_rewards for c in cells} == {"group", "none"} and all(c.model == "lab_graded" for c in cells)
+    assert len({c.run_name() for c in cells}) == 9 and {(c.lr, c.mini_batches) for c in cells} == {(2e-3, 2)}
     from phantom.lab.sft import resolve_sft
 
-    for model in ("lab", "quick"):  # the task always comes with the lab profile (redo on a new lab default)
+    for model in ("lab_graded", "quick"):  # the task always comes with the lab profile (redo on a new lab default)
         assert expand("full", model=model)[0].to_dict()["task"] == resolve_sft(model).task.to_dict()
     with pytest.raises(ValueError, match="arms \\['dapo'\\] are unknown"):
         expand("full", arms=["dapo"])

@@ -174,3 +174,71 @@ def test_server_takes_unmerged_lora_adapters_as_verl_sends_them(tiny, tmp_path, 
     again = asyncio.run(disk.generate(prompt, {"temperature": 0, "logprobs": True, "max_tokens": 6}))
     assert disk.syncs == ["adapter"] and again.token_ids == out.token_ids
     assert torch.allclose(torch.tensor(again.log_probs), got, atol=1e-5)
+
+
+def test_lab_decoder_samples_the_transformers_model(tmp_path):
+    """For a checkpoint the lab wrote, the server's lab decoder gives transformers' greedy tokens and the
+    log-probabilities transformers' Qwen2 assigns to what it samples (the quantity verl's actor recomputes)."""
+    from transformers import AutoModelForCausalLM
+
+    from phantom.lab.model import LabQwen2, ModelConfig, save_checkpoint
+    from phantom.verl.cpu.labdecode import LabDecoder, usable
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    lab_model = LabQwen2(ModelConfig(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, max_positions=64), 40)
+    save_checkpoint(lab_model, tmp_path, eos_id=1, pad_id=0, meta={"profile": "test"})
+    assert usable(tmp_path) and not usable(tmp_path / "missing")
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32, attn_implementation="sdpa")
+    dec = LabDecoder(tmp_path, {1}, 0, torch.Generator().manual_seed(0))
+    prompts = [[5, 6, 7, 8], [9, 10], [11, 12, 13]]
+    greedy = [Request(p, max_tokens=12, temperature=0.0, logprobs=True) for p in prompts]
+    want = BatchGenerator(hf, {1}, 0).generate(greedy)
+    got = dec.generate(greedy)
+    assert [g["token_ids"] for g in got] == [w["token_ids"] for w in want]
+    for g, w in zip(got, want):
+        assert max(abs(x - y) for x, y in zip(g["log_probs"], w["log_probs"])) < 1e-5
+    sampled = dec.generate([Request(p, max_tokens=10, temperature=1.0, logprobs=True) for p in prompts * 5])
+    for p, s in zip(prompts * 5, sampled):
+        ids = torch.tensor([p + s["token_ids"]])
+        with torch.no_grad():
+            logp = torch.log_softmax(hf(input_ids=ids).logits[0, len(p) - 1:-1].float(), dim=-1)
+        ref = logp.gather(-1, torch.tensor(s["token_ids"])[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(s["log_probs"]), ref, atol=1e-5)
+    assert not dec.supports(Request([5], max_tokens=4, temperature=0.7))  # other temperatures: transformers' path
+    assert not dec.supports(Request([5], max_tokens=4, temperature=1.0, top_k=20))
+
+
+@pytest.mark.parametrize("dapo_metric", [None, "default", "acc"])
+def test_fast_poll_sampler_is_verls_own_buffer(dapo_metric, tmp_path):
+    """trainer.v1.sampler.custom_sampler -> verl's ReplayBuffer built by verl's own _build_replay_buffer, the
+    same in every attribute but poll_interval (the filter's metric, refill and generation unit are verl's)."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from phantom.verl.cpu.sampler import POLL_S
+    from phantom.verl.spec import compose, make_spec, to_overrides
+
+    fields = {"dapo": True, "dapo_metric": dapo_metric} if dapo_metric else {}
+    spec = make_spec("cpu_tiny", check_inputs=False, arm="none", **fields)
+    o = to_overrides(spec, tmp_path / "r", "r")
+    assert "trainer.v1.sampler.custom_sampler.name=fast_poll_replay_buffer" in o
+
+    class Trainer:  # the three members _build_replay_buffer reads, taken from verl's own PPOTrainer
+        _build_replay_buffer = PPOTrainer._build_replay_buffer
+        _resolve_filter_groups_metric = PPOTrainer._resolve_filter_groups_metric
+
+        def __init__(self, cfg):
+            self.config, self.trainer_mode = cfg, "sync"
+
+        def _add_prompts_to_generate(self, n):
+            return n
+
+    ours = Trainer(compose(o))._build_replay_buffer()
+    verls = Trainer(compose([x for x in o if ".custom_sampler." not in x]))._build_replay_buffer()
+    assert type(ours) is type(verls) is ReplayBuffer
+    a, b = dict(vars(ours)), dict(vars(verls))
+    assert (a.pop("poll_interval"), b.pop("poll_interval")) == (POLL_S, 2.0)
+    a.pop("refill_fn"), b.pop("refill_fn")
+    assert a.keys() == b.keys() and all(repr(a[k]) == repr(b[k]) for k in a)
+    assert a["filter_groups_metric"] == ({"default": "reward", "acc": "acc"}[dapo_metric] if dapo_metric else None)

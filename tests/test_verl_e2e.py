@@ -1,4 +1,4 @@
-"""verl 0.9.1's real trainer on this CPU, end to end: the papermill notebook and a DAPO run.
+"""verl 0.9.1's real trainer on this CPU, end to end: the papermill notebook, a sweep cell with verl's filter.
 
 Each test starts a local Ray cluster (~30 processes) and runs `python -m verl.trainer.main_ppo`
 for 2 steps with the tiny random model; about 1.5-2.5 minutes each on a 2-core machine.
@@ -15,7 +15,7 @@ pytest.importorskip("verl.trainer.ppo.ray_trainer")
 pytest.importorskip("transfer_queue")
 
 from phantom.runs import RunDir, read_metrics  # noqa: E402
-from phantom.verl.launch import launch, read_run_metrics  # noqa: E402
+from phantom.verl.launch import read_run_metrics  # noqa: E402
 from phantom.verl.spec import make_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,13 +57,23 @@ def test_notebook_runs_one_outcome_arm_on_cpu(tmp_path):
     assert "plotly" in out.read_text()  # the curves were drawn
 
 
-def test_dapo_with_the_shaped_score_metric_completes(tmp_path):
-    spec = make_spec("cpu_tiny", arm="none", dapo=True, dapo_metric="score", base=ROOT)
-    run = launch(spec, "dapo_score", runs_dir=tmp_path, timeout=800, progress=False)
+def test_sweep_cell_b_verls_default_filter_under_a_shared_ray_head(tmp_path):
+    """`phantom verl sweep`'s cell b (filter on, no metric: verl 0.9.1's `reward`) through the notebook, under
+    the sweep's own Ray head; verl's replay buffer polling every 0.2 s; resumed, not re-run."""
+    from phantom.verl.sweep import run_sweep
+
+    (run,) = run_sweep("quick", only=["b"], seeds=[0], runs_dir=tmp_path, progress=False)
     df = _check_run(run)
-    assert "algorithm.filter_groups.metric=score" in run.manifest()["overrides"]
-    assert (df.loc[1:, "phantom/gen_batches"] >= 1).all()
-    assert (df.loc[1:, "phantom/prompts_generated"] >= 4).all()
+    m = run.manifest()
+    o = m["overrides"]
+    assert "algorithm.filter_groups.enable=True" in o and not any(".filter_groups.metric=" in x for x in o)
+    assert m["filter_groups"] == {"enable": True, "metric": "reward", "metric_source": "verl default",
+                                  "max_inflight_gen_batches": 1, "max_num_gen_batches": 0, "trainer": "v1"}
+    assert m["sweep"] == {"name": "verl", "profile": "quick", "cell": "b"}
+    assert m["plan"]["ray"].startswith("127.0.0.1:") and m["plan"]["replay_buffer_poll_s"] == 0.2
+    assert any(x.startswith("+ray_kwargs.ray_init.address=127.0.0.1:") for x in o)
+    assert not any(x.startswith("ray_kwargs.ray_init.num_cpus=") for x in o)
+    assert (df.loc[1:, "phantom/gen_batches"] >= 1).all() and (df.loc[1:, "phantom/prompts_generated"] >= 4).all()
     assert (df.loc[1:, "phantom/frac/zeroed"] == 0).all()  # arm none: the filter, not the estimator, acts
     # Weight sync and log-prob semantics: step 2 samples from the weights step 1 trained (arm none has
     # live advantages), and verl's fp32 actor recomputes the hf server's log-probs to float rounding.
@@ -74,8 +84,9 @@ def test_dapo_with_the_shaped_score_metric_completes(tmp_path):
     assert max(b["requests"] for b in batches) > 1  # the server batched concurrent requests
     log = run.stdout_path.read_text()
     assert "data.gen_batch_size defaulted to 1" in log  # verl's replay-buffer DAPO path was taken
-    again = launch(spec, "dapo_score", runs_dir=tmp_path, timeout=800, progress=False)  # reused, not re-run
-    assert again.manifest()["started"] == run.manifest()["started"]
+    assert (run.path / "verl_arm.ipynb").is_file()
+    (again,) = run_sweep("quick", only=["b"], seeds=[0], runs_dir=tmp_path, progress=False)  # reused, not re-run
+    assert again.manifest()["started"] == m["started"]
     assert read_run_metrics(run.path).equals(read_run_metrics(again.path))
 
 

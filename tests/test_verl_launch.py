@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -196,8 +197,28 @@ def test_cli_prints_the_command(data, capsys, tmp_path):
     assert main(["overrides", "--preset", "paper_gsm8k", "--set", "arm=score", "--set",
                  f"train_files={data['train_files']}", "--set", f"val_files={data['val_files']}",
                  "--runs-dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[1:3] == ["-m", "verl.trainer.main_ppo"] and "algorithm.adv_estimator=phantom_grpo_score" in out
+    argv = shlex.split(capsys.readouterr().out.replace("\\\n", " "))  # one shell command, continued over lines
+    assert argv[1:3] == ["-m", "verl.trainer.main_ppo"] and "algorithm.adv_estimator=phantom_grpo_score" in argv
+
+
+def test_printed_command_is_shell_quoted(data, capsys, tmp_path):
+    """A value with a space, a quote and a non-ASCII letter survives the shell as one argument."""
+    odd = "a b/é'$x"
+    assert main(["overrides", "--preset", "cpu_tiny", "--set", f"model={data['model']}", "--set",
+                 f"train_files={data['train_files']}", "--set", f"val_files={data['val_files']}",
+                 "--set", f"extra_overrides=[trainer.project_name={odd}]", "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    echoed = subprocess.run(["bash", "-c", f"printf '%s\\n' {out}"], capture_output=True, text=True).stdout
+    assert f"trainer.project_name={odd}" in echoed.splitlines()
+    assert main(["overrides", "--preset", "cpu_tiny", "--name", "a b/é", "--runs-dir", str(tmp_path)]) == 2
+    assert "name='a b/é' is invalid" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "lots"])
+def test_gpu_memory_must_be_a_finite_positive_number(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["overrides", "--preset", "paper_gsm8k", "--gpu-memory", value])
+    assert exc.value.code == 2 and f"--gpu-memory {value!r} is invalid" in capsys.readouterr().err
 
 
 def test_preflight_checks_a_fresh_interpreter(data, tmp_path):
@@ -267,3 +288,94 @@ def test_dapo_refill_telemetry(data, tmp_path):
     assert m[1] == {"phantom/prompts_generated": 4.0, "phantom/gen_batches": 1.0, "phantom/refilled": 0.0}
     assert m[2] == {"phantom/prompts_generated": 8.0, "phantom/gen_batches": 2.0, "phantom/refilled": 1.0}
     assert 0 not in m
+
+
+@pytest.fixture()
+def no_verl_start(monkeypatch):
+    """verl itself must not start (the reward probe's short subprocess may run)."""
+    real = subprocess.Popen
+
+    def guarded(argv, *a, **k):
+        if "verl.trainer.main_ppo" in argv:
+            raise AssertionError("verl was started")
+        return real(argv, *a, **k)
+
+    monkeypatch.setattr(launch_mod.subprocess, "Popen", guarded)
+
+
+def _tiny(data, **fields):
+    return make_spec("cpu_tiny", model=data["model"], train_files=data["train_files"], val_files=data["val_files"],
+                     **fields)
+
+
+def test_no_metric_given_is_verls_default_reward_and_warns(data, tmp_path):
+    from phantom.verl.filters import check_filter
+
+    spec = _tiny(data, arm="none", dapo=True, dapo_metric="default")
+    o = to_overrides(spec, tmp_path / "r", "r")
+    assert "algorithm.filter_groups.enable=True" in o and not any(".filter_groups.metric=" in x for x in o)
+    assert not any("max_num_gen_batches" in x or "max_inflight_gen_batches" in x for x in o)  # verl's defaults
+    cfg = compose(o)
+    setting, warnings = check_filter(cfg, o, "v1")
+    assert (setting["enable"], setting["metric"], setting["metric_source"]) == (True, "reward", "verl default")
+    assert len(warnings) == 1 and "reads the shaped score (lam=0.3)" in warnings[0]
+    o_acc = to_overrides(_tiny(data, arm="none", dapo=True, dapo_metric="acc"), tmp_path / "r", "r")
+    setting, warnings = check_filter(compose(o_acc), o_acc, "v1")
+    assert (setting["metric"], setting["metric_source"], warnings) == ("acc", "override", [])
+
+
+@pytest.mark.parametrize(
+    ("fields", "needle"),
+    [
+        ({"dapo": True, "dapo_metric": "banana"},
+         "dapo_metric='banana' is unknown; allowed: default, acc, score, reward, outcome"),
+        ({"dapo": True, "extra_overrides": ["algorithm.filter_groups.metric=banana"]},
+         "metric='banana' is not a key the reward pkg://phantom.verl.reward:compute_score returns.*"
+         "allowed: reward, acc, len_chars, outcome, score"),
+        ({"trainer": "legacy", "extra_overrides": ["algorithm.filter_groups.enable=True"]},
+         "enable=True with trainer=legacy: verl 0.9.1's legacy trainer has no group filter.*allowed: trainer=v1"),
+    ],
+)
+def test_filter_mistakes_fail_before_anything(fields, needle, data, tmp_path, no_verl_process):
+    with pytest.raises(ValueError, match=needle):
+        launch(_tiny(data, arm="none", **fields), "bad", runs_dir=tmp_path)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_metric_acc_with_a_float_reward_is_refused(data, tmp_path, no_verl_start, capsys):
+    """verl stores acc = score for a float reward: metric=acc would filter on the shaped score."""
+    reward = tmp_path / "my_reward.py"
+    reward.write_text("def shaped(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
+                      "    right = solution_str.strip().endswith(str(ground_truth))\n"
+                      "    return float(right) - 0.3 * min(len(solution_str) / 512, 1.0)\n")
+    wired = [f"reward.custom_reward_function.path={reward}", "reward.custom_reward_function.name=shaped"]
+    spec = _tiny(data, arm="none", dapo=True, dapo_metric="acc", extra_overrides=wired)
+    with pytest.raises(ValueError, match=r"metric='acc' but the reward .*my_reward.py:shaped returns a float"):
+        launch(spec, "floaty", runs_dir=tmp_path)
+    spec = _tiny(data, arm="none", dapo=True, dapo_metric="score", extra_overrides=wired)
+    with pytest.raises(ValueError, match=r"metric='score' is not a key.*allowed: reward, acc$"):
+        launch(spec, "floaty", runs_dir=tmp_path)
+    assert not (tmp_path / "floaty").exists()
+    argv = ["run", "--preset", "cpu_tiny", "--set", f"model={data['model']}", "--set", f"train_files={data['train_files']}",
+            "--set", f"val_files={data['val_files']}", "--set", "arm=none", "--set", "dapo=true",
+            "--set", f"extra_overrides=[{wired[0]},{wired[1]}]", "--runs-dir", str(tmp_path)]
+    assert main(argv) == 2 and "returns a float" in capsys.readouterr().err
+
+
+def test_the_plan_is_made_once_per_launch(tmp_path, monkeypatch):
+    """spec -> plan -> overrides -> doctor: the machine is resolved once and the manifest would record that plan."""
+    from phantom.verl import plan as plan_mod
+
+    calls = []
+    real = gpu.resolve
+    monkeypatch.setattr(gpu, "resolve", lambda spec, hw: calls.append(1) or real(spec, hw))
+    monkeypatch.setattr(launch_mod.subprocess, "Popen", lambda *a, **k: (_ for _ in ()).throw(AssertionError("started")))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = make_spec("paper_gsm8k", check_inputs=False)
+    with pytest.raises(RuntimeError, match="no CUDA"):
+        launch(spec, "gpu_here", runs_dir=tmp_path, progress=False)
+    assert len(calls) == 1
+    p = plan_mod.make_plan(spec, gpu.Hardware(gpus=(("H100", 79.2),), flash_attn_error="missing", probed=True))
+    o = to_overrides(spec, tmp_path / "r", "r", p)
+    assert f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={p.micro}" in o and p.micro == 2  # the spec's own
+    assert p.manifest()["plan"]["memory_row"] == "80+ GB" and len(calls) == 2

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -210,14 +211,15 @@ def test_overrides_print_before_data_and_model_exist(tmp_path, capsys, monkeypat
     monkeypatch.chdir(tmp_path)  # no artifacts/data here, and the Hub model is not downloaded
     assert main(["overrides", "--preset", "paper_gsm8k", "--gpu-memory", "80"]) == 0
     out, err = capsys.readouterr()
-    lines = out.splitlines()
+    lines = shlex.split(out.replace("\\\n", " "))  # one shell command, continued over lines
     assert lines[1:3] == ["-m", "verl.trainer.main_ppo"]
     assert f"data.train_files={tmp_path}/artifacts/data/gsm8k/train.parquet" in lines
     assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.3" in lines  # the artifact's, not the 80 GB row
     assert "# missing train_files" in err and "phantom data gsm8k" in err and "memory row 80+ GB" not in err
     assert main(["overrides", "--preset", "gpu_smoke", "--gpu-memory", "80"]) == 0
     out, err = capsys.readouterr()
-    assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.4" in out.splitlines() and "memory row 80+ GB" in err
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.4" in shlex.split(out.replace("\\\n", " "))
+    assert "memory row 80+ GB" in err
     assert main(["overrides", "--preset", "cpu_lab"]) == 0  # the lab's checkpoint is not trained for this
     out, err = capsys.readouterr()
     assert "# missing model" in err and "built on first run" in err and not (tmp_path / "artifacts").exists()

@@ -141,6 +141,7 @@ class PhantomCallback(TrainerCallback):
         self.history: list[dict[str, Any]] = []
         self._t_step = 0.0
         self._t_start = 0.0
+        self.per_generation = 1  # optimizer steps per generation batch (GRPOConfig.steps_per_generation)
 
     @property
     def path(self):
@@ -162,23 +163,31 @@ class PhantomCallback(TrainerCallback):
                                 extra={"trl_config": cfg, "reward_funcs": self.rewards.names, "gate": self.rewards.gate,
                                        "trl_versions": versions, **self.extra})
         self._t_start = time.time()
+        # Several optimizer steps may share one generation batch (mini-batches, as verl's ppo_mini_batch_size):
+        # the run folder counts training steps (generations), like the lab's and verl's.
+        self.per_generation = max(1, int(getattr(args, "steps_per_generation", None) or 1))
         self.rewards.records.clear()
         if self.evaluator is not None:
             self._log(0, self._evaluate(model, 0))
 
+    def _step(self, global_step: int) -> int:
+        """The training step (generation batch) an optimizer step belongs to (1-based)."""
+        return -(-int(global_step) // self.per_generation)
+
     def on_step_begin(self, args, state, control, **kwargs):
-        self._t_step = time.perf_counter()
+        if int(state.global_step) % self.per_generation == 0:  # the first optimizer step of a generation batch
+            self._t_step = time.perf_counter()
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if self.run is None:
-            return
-        step = int(state.global_step)
+        if self.run is None or int(state.global_step) % self.per_generation:
+            return  # logged once per training step, after its last optimizer step
+        step = self._step(state.global_step)
         new = [r for r in self.rewards.records if r.mode == "train"]
         self.rewards.records.clear()  # consumed: a long run does not accumulate batches
         trainer = self.rewards.trainer
         m: dict[str, Any] = record_metrics(new, getattr(trainer, "scale_rewards", None))
         m["timing_s/step"] = time.perf_counter() - self._t_step
-        last = state.max_steps and step >= state.max_steps
+        last = state.max_steps and int(state.global_step) >= state.max_steps
         if self.evaluator is not None and (step % self.eval_every == 0 or last):
             m.update(self._evaluate(model, step))
         self._log(step, m)
@@ -187,7 +196,7 @@ class PhantomCallback(TrainerCallback):
         if self.run is not None and logs:
             data = _numeric(logs)
             if data:
-                self.run.log(int(state.global_step), data)
+                self.run.log(self._step(state.global_step), data)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.run is not None and self.run.status == "running":

@@ -1,10 +1,11 @@
-"""The CPU lab's earlier main setting run through TRL's real ``GRPOTrainer`` (no vLLM): the collapse there.
+"""The CPU lab's setting run through TRL's real ``GRPOTrainer`` (no vLLM): the collapse there.
 
 Same warm start (:func:`phantom.lab.sft.ensure_sft_model`, loaded by ``transformers``), the same
 task and reward (``is_correct`` + the project's ``length_short`` as two TRL reward functions, so
 their sum is ``outcome - lam * min(len/cap, 1)``), LoRA r=8 / alpha 16 on every projection (PEFT),
-constant lr, AdamW, PPO clip 0.2, token-mean loss (TRL's ``loss_type="dapo"``), no KL, one
-optimizer step per generation batch of ``prompts x rollouts`` completions. Arms:
+lr after a linear warm-up, AdamW, PPO clip 0.2, token-mean loss (TRL's ``loss_type="dapo"``), no KL,
+``mini_batches`` optimizer steps per generation batch of ``prompts x rollouts`` completions (TRL's
+``steps_per_generation``; the lab's two mini-batches, verl's ``ppo_mini_batch_size`` 16 of 32). Arms:
 
 * ``none``: TRL's default (``scale_rewards="group"``), no filter;
 * ``drgrpo``: ``scale_rewards="none"`` (Dr. GRPO), no filter;
@@ -36,9 +37,8 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 @dataclass(frozen=True)
 class TrlArmSpec:
-    """Every knob of one TRL lab run (defaults: the lab's earlier main setting, worked answers with one
-    update per step at lr 3.5e-3, which the committed runs in data/runs/trl_cpu_lab used; the lab's main
-    setting now takes two updates per step at lr 2e-3 in the graded answer style)."""
+    """Every knob of one TRL lab run (defaults: the lab's setting of the book, ``phantom.lab`` paper.yaml's
+    base: the ``lab_graded`` warm start, two updates per step at lr 2e-3 after a 10-step warm-up)."""
 
     arm: str = "outcome"
     lam: float = 0.3
@@ -47,8 +47,9 @@ class TrlArmSpec:
     steps: int = 40
     prompts: int = 32
     rollouts: int = 5
-    lr: float = 3.5e-3
-    warmup_steps: int = 10  # linear lr warm-up as the lab's (TRL constant_with_warmup: one step later, from 0)
+    lr: float = 2e-3
+    warmup_steps: int = 10  # training steps of linear lr warm-up, as the lab's (TRL counts optimizer steps, from 0)
+    mini_batches: int = 2  # optimizer steps per generation batch (TRL steps_per_generation)
     lora_rank: int = 8
     lora_alpha: float = 16.0
     weight_decay: float = 0.01
@@ -58,7 +59,7 @@ class TrlArmSpec:
     max_new: int | None = None  # response cap in tokens; None: the SFT profile's, as the lab's ArmSpec
     eval_every: int = 5
     eval_n: int = 256
-    model: str = "lab"  # SFT profile; the task is the one that profile was trained on
+    model: str = "lab_graded"  # SFT profile; the task is the one that profile was trained on
     profile: str = "adhoc"  # label only: which sweep profile produced the run
 
     def __post_init__(self) -> None:
@@ -77,6 +78,10 @@ class TrlArmSpec:
                 weight_decay=self.weight_decay, grad_clip=self.grad_clip, clip_low=self.clip, clip_high=self.clip,
                 temperature=self.temperature, max_new=self.max_new, eval_every=self.eval_every,
                 eval_n=self.eval_n, model=self.model)
+        if isinstance(self.mini_batches, bool) or not isinstance(self.mini_batches, int) or self.mini_batches < 1 \
+                or (self.prompts * self.rollouts) % self.mini_batches:
+            raise ValueError(f"mini_batches={self.mini_batches!r} is invalid; allowed: an integer >= 1 that divides "
+                             f"prompts x rollouts = {self.prompts * self.rollouts}")
         if self.lora_rank < 1:
             raise ValueError(f"lora_rank={self.lora_rank} is invalid here; allowed: >= 1 (TRL runs use PEFT LoRA)")
 
@@ -204,9 +209,11 @@ def build_trainer(spec: TrlArmSpec, *, output_dir: str, name: str, root: Any = N
     wrap = outcome_gated if spec.gate == "outcome" else observed
     rewards = wrap(accuracy_reward, LengthPenalty(spec.lam, spec.cap), num_generations=spec.rollouts)
     args = GRPOConfig(
-        output_dir=output_dir, num_generations=spec.rollouts, per_device_train_batch_size=spec.prompts * spec.rollouts,
-        gradient_accumulation_steps=1, max_steps=spec.steps, learning_rate=spec.lr, lr_scheduler_type="constant_with_warmup",
-        warmup_steps=spec.warmup_steps, weight_decay=spec.weight_decay, max_grad_norm=spec.grad_clip, adam_beta2=0.999,
+        output_dir=output_dir, num_generations=spec.rollouts,
+        per_device_train_batch_size=spec.prompts * spec.rollouts // spec.mini_batches,
+        steps_per_generation=spec.mini_batches, gradient_accumulation_steps=1, max_steps=spec.steps * spec.mini_batches,
+        learning_rate=spec.lr, lr_scheduler_type="constant_with_warmup",
+        warmup_steps=spec.warmup_steps * spec.mini_batches, weight_decay=spec.weight_decay, max_grad_norm=spec.grad_clip, adam_beta2=0.999,
         epsilon=spec.clip, beta=0.0, loss_type="dapo", scale_rewards=spec.scale_rewards,
         temperature=spec.temperature, max_completion_length=spec.max_new, seed=spec.seed, data_seed=spec.seed,
         use_cpu=True, bf16=False, report_to=[], logging_steps=1, save_strategy="no", disable_tqdm=True,

@@ -1,12 +1,10 @@
 """The TRL sweep: the three arms x seeds, each a papermill execution of ``notebooks/trl_arm.py``.
 
-Profiles: ``full`` (the committed runs, ``data/runs/trl_cpu_lab``: the lab's earlier main setting, one
-update per step, 40 steps)
-and ``quick`` (a few steps on a small batch, what the tests run). ``model`` is the lab SFT profile
-(its task comes with it), so when the lab's default changes one command redoes the committed runs::
+Profiles: ``full`` (the lab's setting on the book's warm start, three seeds, 40 steps) and ``quick`` (a few
+steps on a small batch, what the tests run). ``model`` is the lab SFT profile (its task comes with it)::
 
-    rm -rf data/runs/trl_cpu_lab/trl-*
-    nice -n 10 phantom trl sweep --profile full --runs-dir data/runs/trl_cpu_lab
+    nice -n 10 phantom trl sweep --profile full --runs-dir runs/trl
+    phantom trl table --runs-dir runs/trl
 
 Cells run one at a time (TRL runs are heavier than lab runs; the CPU is shared), each in its own
 papermill process with one torch thread; finished cells are skipped, so a sweep resumes.
@@ -31,7 +29,7 @@ from phantom.trl.lab import ARMS, TrlArmSpec
 __all__ = ["PROFILES", "SweepFailed", "expand", "run_sweep", "notebook_path", "endpoints"]
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "full": {"seeds": [0, 1], "base": {}},
+    "full": {"seeds": [0, 1, 2], "base": {}},
     "quick": {"seeds": [0], "base": {"steps": 2, "prompts": 4, "rollouts": 4, "eval_n": 16, "eval_every": 1,
                                      "max_new": 48}},
 }
@@ -44,7 +42,7 @@ class SweepFailed(RuntimeError):
 
 def expand(profile: str = "full", *, model: str | None = None, arms: Sequence[str] | None = None,
            seeds: Sequence[int] | None = None) -> list[TrlArmSpec]:
-    """The cells of a profile, validated (``model``: lab SFT profile, default ``lab``; ``quick``: ``tiny``)."""
+    """The cells of a profile, validated (``model``: lab SFT profile, default ``lab_graded``; ``quick``: ``tiny``)."""
     if profile not in PROFILES:
         raise ValueError(f"profile={profile!r} is unknown; allowed: {', '.join(PROFILES)}")
     prof = PROFILES[profile]
@@ -52,7 +50,7 @@ def expand(profile: str = "full", *, model: str | None = None, arms: Sequence[st
     bad = [a for a in arms if a not in ARMS]
     if bad:
         raise ValueError(f"arms {bad} are unknown; allowed: {', '.join(ARMS)}")
-    model = model or ("lab" if profile == "full" else "tiny")
+    model = model or ("lab_graded" if profile == "full" else "tiny")
     return [TrlArmSpec(**{**prof["base"], "arm": a, "seed": int(s), "model": model, "profile": profile})
             for s in (seeds if seeds is not None else prof["seeds"]) for a in arms]
 
@@ -151,14 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = cli.command_parser("phantom trl", "TRL's GRPOTrainer on the CPU lab (phantom.trl): the three arms (no "
                             "filter, shaped-score filter, outcome gate) x seeds, and their endpoints.",
                             ["phantom trl sweep --profile quick --runs-dir /tmp/trl",
-                             "phantom trl table --runs-dir data/runs/trl_cpu_lab"], codes)
+                             "phantom trl table --runs-dir runs/trl"], codes)
     sub = cli.subcommands(ap)
     sw = cli.add_command(sub, "sweep", help="run the three arms x seeds (notebooks/trl_arm.py via papermill)",
                          examples=["phantom trl sweep --profile quick --runs-dir /tmp/trl",
                                    "phantom trl sweep --profile full --arms none,outcome --seeds 0 --dry-run"],
                          codes=codes)
     sw.add_argument("--profile", default="full", choices=list(PROFILES), help="full or quick (default: full)")
-    sw.add_argument("--model", default=None, help="lab SFT profile (default: lab for full, tiny for quick)")
+    sw.add_argument("--model", default=None, help="lab SFT profile (default: lab_graded for full, tiny for quick)")
     sw.add_argument("--arms", default=None, help=f"comma list of {', '.join(ARMS)} (default: all)")
     sw.add_argument("--seeds", default=None, help="comma list of seeds (default: the profile's)")
     sw.add_argument("--runs-dir", default=None, help="default: $PHANTOM_RUNS, else ./runs")
@@ -166,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     tb = cli.add_command(sub, "table", help="endpoints of the finished TRL runs under a folder (exit 2 when none)",
                          examples=["phantom trl table", "phantom trl table --runs-dir /tmp/trl"],
                          codes=cli.exit_codes())
-    tb.add_argument("--runs-dir", default="data/runs/trl_cpu_lab", help="default: data/runs/trl_cpu_lab")
+    tb.add_argument("--runs-dir", default=None, help="default: $PHANTOM_RUNS, else ./runs")
     a = cli.parse_args(ap, argv)
     try:
         if a.cmd == "sweep":
@@ -186,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         if not rows:
             where = runs_root(a.runs_dir)
             raise ValueError(f"no finished TRL run under {where}" + ("" if where.is_dir() else " (no such folder)")
-                             + "; allowed: a folder `phantom trl sweep --runs-dir` wrote into, e.g. data/runs/trl_cpu_lab")
+                             + "; allowed: a folder `phantom trl sweep --runs-dir` wrote into")
         for r in rows:
             print("  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
         return 0

@@ -178,7 +178,7 @@ def _disk(root: Path, gpu: bool) -> Check:
                  if gpu else f"free space: >= {need_warn} GiB")
 
 
-def _gpu_lines(spec: Any, hw: Any, gpu: bool) -> list[Check]:
+def _gpu_lines(spec: Any, hw: Any, gpu: bool, plan: Any = None, plan_error: str | None = None) -> list[Check]:
     from phantom.verl import gpu as g
 
     tv = _version("torch")
@@ -216,28 +216,39 @@ def _gpu_lines(spec: Any, hw: Any, gpu: bool) -> list[Check]:
     fa = "not installed" if hw.flash_attn is None else f"flash-attn {hw.flash_attn}"
     out.append(Check("flash-attn", _gpu_needed("INFO", gpu), fa + ("" if hw.flash_attn is None else " imports"),
                      ""))
-    if gpu:
-        try:
-            res = g.resolve(spec, hw)
-            out.append(Check("attention", "INFO", res["why"][0].split(": ", 1)[1]))
-            out.append(Check("memory", "INFO", f"{res['why'][1]}: micro-batch {res['micro']}, log-prob micro-batch "
-                             f"{res['logprob_micro']}, gpu_memory_utilization {res['gpu_memory_utilization']}"))
-            params = g.model_params(spec.model)
-            if hw.gpus and params and params > g.BIG_MODEL_PARAMS and hw.min_memory < 30:
-                out.append(Check("memory", "FAIL", f"{params / 1e9:.1f}B parameters on {hw.min_memory:.0f} GiB",
-                                 "a 7B-class model needs a 48 GB card or more with these settings"))
-        except ValueError as exc:
-            out.append(Check("attention", "FAIL", str(exc), "--set attention=auto"))
+    if gpu and plan is not None:
+        out.append(Check("attention", "INFO", plan.why[0].split(": ", 1)[1]))
+        out.append(Check("memory", "INFO", f"{plan.why[1]}: micro-batch {plan.micro}, log-prob micro-batch "
+                         f"{plan.logprob_micro}, gpu_memory_utilization {plan.gpu_memory_utilization}"))
+        params = g.model_params(spec.model)
+        if hw.gpus and params and params > g.BIG_MODEL_PARAMS and hw.min_memory < 30:
+            out.append(Check("memory", "FAIL", f"{params / 1e9:.1f}B parameters on {hw.min_memory:.0f} GiB",
+                             "a 7B-class model needs a 48 GB card or more with these settings"))
+    elif gpu:
+        out.append(Check("attention", "FAIL", plan_error or "no plan", "--set attention=auto"))
     return out
 
 
-def checks(spec: Any, *, hw: Any = None, root: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None,
-           plugin: bool = True) -> list[Check]:
-    """All checks for ``spec`` (a :class:`phantom.verl.spec.VerlSpec`, possibly with inputs not built yet)."""
-    from phantom.verl import gpu as g
+def checks(spec: Any, *, hw: Any = None, plan: Any = None, root: str | os.PathLike[str] | None = None,
+           env: dict[str, str] | None = None, plugin: bool = True) -> list[Check]:
+    """All checks for ``spec`` (a :class:`phantom.verl.spec.VerlSpec`, possibly with inputs not built yet).
 
-    hw = hw if hw is not None else g.probe()
+    ``plan``: the launch's :class:`phantom.verl.plan.Plan` (its machine is the one checked); without
+    one the machine (``hw``, else a probe) is planned for here, once.
+    """
+    from phantom.verl import gpu as g
+    from phantom.verl.plan import make_plan
+
     gpu = spec.backend == "gpu"
+    plan_error = None
+    if plan is not None and plan.hw is not None:
+        hw = plan.hw
+    hw = hw if hw is not None else g.probe()
+    if plan is None and gpu:
+        try:
+            plan = make_plan(spec, hw)
+        except ValueError as exc:
+            plan_error = str(exc)
     root = Path(root or os.getcwd())
     py = sys.version_info[:2]
     out = [Check("python", "OK" if (3, 10) <= py < (3, 13) else "FAIL", f"Python {py[0]}.{py[1]} ({sys.executable})",
@@ -249,7 +260,7 @@ def checks(spec: Any, *, hw: Any = None, root: str | os.PathLike[str] | None = N
     missing = [m for m in mods if importlib.util.find_spec(m) is None]
     out.append(Check("verl extras", "FAIL" if missing else "OK", f"missing: {', '.join(missing)}" if missing else
                      f"{', '.join(mods)} import", f"pip install -e '.[{'gpu' if gpu else 'verl'}]'" if missing else ""))
-    out += _gpu_lines(spec, hw, gpu)
+    out += _gpu_lines(spec, hw, gpu, plan, plan_error)
     trl = _trl(gpu)
     if trl is not None:
         out.append(trl)
@@ -277,13 +288,13 @@ def table(items: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def preflight_gpu(spec: Any, env: dict[str, str], hw: Any = None, root: str | os.PathLike[str] | None = None,
+def preflight_gpu(spec: Any, env: dict[str, str], plan: Any, root: str | os.PathLike[str] | None = None,
                   echo: bool = True, plugin: bool = False) -> list[Check]:
-    """The doctor before a GPU run; raises ``RuntimeError`` with the table if anything fails.
+    """The doctor before a GPU run, on the launch's plan; raises ``RuntimeError`` with the table if anything fails.
 
     ``plugin=False``: the launcher's own preflight has just run the fresh-interpreter probe.
     """
-    items = checks(spec, hw=hw, root=root, env=env, plugin=plugin)
+    items = checks(spec, plan=plan, root=root, env=env, plugin=plugin)
     text = table(items)
     if failed(items):
         raise RuntimeError(f"phantom verl doctor: the GPU run cannot start\n{text}")

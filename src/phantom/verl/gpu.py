@@ -166,7 +166,10 @@ def _auto(value: Any) -> bool:
 
 
 def resolve(spec: Any, hw: Hardware) -> dict[str, Any]:
-    """The concrete GPU settings for ``spec`` on ``hw``, and one line per decision (``why``)."""
+    """The concrete GPU settings for ``spec`` on ``hw``, and one line per decision (``why``).
+
+    Called once per launch, by :func:`phantom.verl.plan.make_plan`; the command and the doctor read that plan.
+    """
     attn, rmpad, attn_why = attention(spec.attention, hw)
     row, row_why = memory_row(hw.min_memory, model_params(spec.model))
     micro = row.micro if _auto(spec.micro_batch_size) else spec.micro_batch_size
@@ -180,16 +183,16 @@ def resolve(spec: Any, hw: Hardware) -> dict[str, Any]:
             "gpu_memory_utilization": float(util), "row": row, "why": [f"attention: {attn_why}", mem_why]}
 
 
-def gpu_overrides(spec: Any, hw: Hardware) -> list[str]:
-    """The backend block of a GPU run: vLLM rollout, attention, micro-batches, memory, LoRA sync."""
+def gpu_overrides(spec: Any, plan: Any) -> list[str]:
+    """The backend block of a GPU run from its :class:`phantom.verl.plan.Plan`: vLLM rollout, attention,
+    micro-batches, memory, LoRA sync."""
     a, r, m = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.model"
-    g = resolve(spec, hw)
-    o = [f"{m}.use_remove_padding={g['remove_padding']}",
-         f"+{m}.override_config.attn_implementation={g['attn']}",
-         f"{a}.ppo_micro_batch_size_per_gpu={g['micro']}",
+    o = [f"{m}.use_remove_padding={plan.remove_padding}",
+         f"+{m}.override_config.attn_implementation={plan.attn}",
+         f"{a}.ppo_micro_batch_size_per_gpu={plan.micro}",
          f"{r}.name=vllm", f"{r}.tensor_model_parallel_size=1",
-         f"{r}.log_prob_micro_batch_size_per_gpu={g['logprob_micro']}",
-         f"{r}.gpu_memory_utilization={g['gpu_memory_utilization']}"]
+         f"{r}.log_prob_micro_batch_size_per_gpu={plan.logprob_micro}",
+         f"{r}.gpu_memory_utilization={plan.gpu_memory_utilization}"]
     if spec.gradient_checkpointing is not None:
         o.append(f"{m}.enable_gradient_checkpointing={spec.gradient_checkpointing}")
     if spec.lora_rank > 0:
@@ -197,5 +200,5 @@ def gpu_overrides(spec: Any, hw: Hardware) -> list[str]:
         if spec.lora_merge is not None:
             o.append(f"{m}.lora.merge={spec.lora_merge}")
     if spec.kl_loss_coef > 0:
-        o.append(f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={g['logprob_micro']}")
+        o.append(f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={plan.logprob_micro}")
     return o

@@ -11,21 +11,24 @@ One call = one run folder ``runs/<name>/`` (see ``phantom.runs``)::
 
 Order of work, so that bad input fails before Ray starts and leaves nothing behind: validate the
 spec (arm, estimator, lambda, files, model) -> refuse a folder a live run holds -> reuse a finished
-run of the same spec -> on a GPU, let the machine decide attention, micro-batches and vLLM's memory
-share (:mod:`phantom.verl.gpu`) -> compose verl's config and run verl's ``validate_config`` -> on a
-GPU, the doctor's checks (:mod:`phantom.verl.doctor`: CUDA, driver, vLLM, data, model, disk) -> check
-in a fresh interpreter, with the run's environment, that ``import verl`` registers the phantom
-estimators (and loads the CPU backend) -> only then create the folder and start
-``python -m verl.trainer.main_ppo`` with an argument list.
+run of the same spec -> make the run's plan once (:mod:`phantom.verl.plan`: on a GPU the machine
+decides attention, micro-batches and vLLM's memory share) -> build the overrides from it, compose
+verl's config and run verl's ``validate_config`` -> check the group filter against the trainer and
+the reward (:mod:`phantom.verl.filters`) -> on a GPU, the doctor's checks on the same plan
+(:mod:`phantom.verl.doctor`: CUDA, driver, vLLM, data, model, disk) -> check in a fresh interpreter,
+with the run's environment, that ``import verl`` registers the phantom estimators (and loads the CPU
+backend) -> only then create the folder and start ``python -m verl.trainer.main_ppo`` with an
+argument list.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import math
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -39,9 +42,12 @@ from phantom.advantages import GateStats
 from phantom.cli import parse_sets
 from phantom.runs import RunConflict, RunDir, RunInUse, pid_alive, read_metrics, runs_root, spec_hash
 from phantom.verl.doctor import run_env
+from phantom.verl.filters import check_filter
+from phantom.verl.plan import make_plan
 from phantom.verl.spec import VerlSpec, compose, load_preset, make_spec, presets, to_overrides
 
-__all__ = ["launch", "preflight", "run_env", "command", "gate_metrics", "read_run_metrics", "main"]
+__all__ = ["launch", "preflight", "run_env", "command", "check_name", "shell_command", "gate_metrics",
+           "read_run_metrics", "main"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 PROGRESS_KEYS = ("val-core", "critic/score/mean", "response_length/mean", "phantom/frac/zeroed")
@@ -60,6 +66,34 @@ def command(spec: VerlSpec, overrides: list[str], run: Path) -> tuple[list[str],
     return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, *hydra], run
 
 
+#: A sweep points this at a file in its work folder: the probe then runs once per sweep, not once per cell.
+PREFLIGHT_CACHE_ENV = "PHANTOM_VERL_PREFLIGHT_CACHE"
+_PROBE_ENV = ("VERL_USE_EXTERNAL_MODULES", "VERL_USE_EXTERNAL_PLUGINS", "VERL_PLATFORM", "PYTHONPATH",
+              "VERL_ENGINE_DEVICE", "CUDA_VISIBLE_DEVICES")
+
+
+def _probe(env: dict[str, str]) -> tuple[Any, dict[str, Any] | None]:
+    """``plugin_check`` in a fresh interpreter, or its result for the same interpreter and plugin environment
+    from ``$PHANTOM_VERL_PREFLIGHT_CACHE`` (a sweep: every cell has the same)."""
+    import hashlib
+
+    from phantom.verl.doctor import plugin_check
+
+    cache = os.environ.get(PREFLIGHT_CACHE_ENV)
+    key = hashlib.sha256(json.dumps([sys.executable, *(env.get(k) for k in _PROBE_ENV)]).encode()).hexdigest()
+    if cache and Path(cache).is_file():
+        try:
+            rec = json.loads(Path(cache).read_text())
+            if rec.get("key") == key:
+                return None, rec["info"]
+        except (OSError, ValueError, KeyError):
+            pass
+    check, info = plugin_check(env)
+    if cache and info is not None and len(info.get("estimators", [])) >= 3:
+        Path(cache).write_text(json.dumps({"key": key, "info": info}))
+    return check, info
+
+
 def preflight(spec: VerlSpec, env: dict[str, str]) -> dict[str, Any]:
     """In a fresh interpreter with the run's environment: ``import verl`` must register the estimators.
 
@@ -67,9 +101,7 @@ def preflight(spec: VerlSpec, env: dict[str, str]) -> dict[str, Any]:
     install would surface only as "unknown advantage estimator" deep inside a Ray actor.
     (``phantom.verl.doctor.plugin_check``; the doctor runs the same probe.)
     """
-    from phantom.verl.doctor import plugin_check
-
-    check, info = plugin_check(env)
+    check, info = _probe(env)
     if info is None:
         raise RuntimeError(f"`import verl` failed in the run's environment: {check.found}")
     if spec.estimator_name not in info["estimators"]:
@@ -213,15 +245,16 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLike[str] | None = None,
-           timeout: float | None = None, progress: bool = True, echo: bool = False) -> RunDir:
+           timeout: float | None = None, progress: bool = True, echo: bool = False,
+           manifest: dict[str, Any] | None = None) -> RunDir:
     """Run ``spec`` to completion (or reuse its finished folder); returns the run folder.
+
+    ``manifest``: more manifest fields (a sweep records its name and cell), not part of the spec.
 
     Raises ``ValueError`` / ``FileNotFoundError`` / ``RunInUse`` / ``RunConflict`` / ``RuntimeError``
     before anything is written; a run that starts but fails is marked ``failed`` and raises ``RuntimeError``.
     """
-    name = name or default_name(spec)
-    if not _NAME.match(name):
-        raise ValueError(f"name={name!r} is invalid; allowed: letters, digits, '.', '_', '-' (max 100)")
+    name = check_name(name or default_name(spec))
     run = RunDir(runs_root(runs_dir) / name)
     spec_dict = spec.to_dict()
     child = run.manifest().get("child_pid")
@@ -230,26 +263,24 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
                        "stop that process or wait for it")
     if run.check_startable(spec_dict):  # RunInUse for a live run, RunConflict for another spec
         return run
-    hw, decisions = None, []
-    if spec.backend == "gpu":  # the machine decides attention, micro-batches and vLLM's memory share
-        from phantom.verl import gpu
-
-        hw = gpu.probe()
-        decisions = gpu.resolve(spec, hw)["why"]
-    overrides = to_overrides(spec, run.path, name, hw)
+    plan = make_plan(spec)  # the machine's choices, once: the command and the doctor both read this plan
+    overrides = to_overrides(spec, run.path, name, plan)
     notes: list[str] = []
-    compose(overrides, spec.trainer, spec.recipe_path, notes=notes)
+    cfg = compose(overrides, spec.trainer, spec.recipe_path, notes=notes)
     env = run_env(spec, run.path)
+    filter_groups, warnings = check_filter(cfg, overrides, spec.trainer, env)
+    for line in warnings:
+        print(f"phantom verl: warning: {line}", file=sys.stderr)
     if spec.backend == "gpu":  # the doctor's table first (no CUDA, no vLLM, missing data: fails with the fixes)
         from phantom.verl.doctor import preflight_gpu
 
-        preflight_gpu(spec, env, hw=hw, echo=progress)
+        preflight_gpu(spec, env, plan, echo=progress)
     versions = preflight(spec, env)
     argv, cwd = command(spec, overrides, run.path)
     run = RunDir.start(name, spec_dict, kind="verl", root=runs_dir,
                        extra={"overrides": overrides, "command": argv, "backend": spec.backend, "preset": spec.preset,
-                              "preflight": versions, "decisions": decisions, "compose_notes": notes,
-                              "hardware": dataclasses.asdict(hw) if hw is not None else None})
+                              "preflight": versions, "compose_notes": notes + warnings,
+                              "filter_groups": filter_groups, **plan.manifest(), **(manifest or {})})
     cwd = cwd if spec.trainer == "recipe_dapo" else run.path
     with run.stdout_path.open("w") as log:
         try:  # its own session, so that _stop can end verl and every Ray process it started
@@ -290,20 +321,46 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
     return run
 
 
+def check_name(name: str) -> str:
+    """A run name that is one folder under the runs root; ``ValueError`` naming it otherwise."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"name={name!r} is invalid; allowed: letters, digits, '.', '_', '-' (max 100), "
+                         "starting with a letter or digit")
+    return name
+
+
+def shell_command(argv: list[str]) -> str:
+    """``argv`` as one shell command (``shlex``-quoted), one argument per continuation line."""
+    return " \\\n    ".join(shlex.quote(a) for a in argv)
+
+
+def gib(text: str) -> float:
+    """``--gpu-memory``: a finite number of GiB > 0 (argparse's ``float`` takes ``nan`` and ``inf``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"--gpu-memory {text!r} is invalid; allowed: a finite number of GiB > 0")
+    return value
+
+
 def _print_overrides(args: argparse.Namespace) -> int:
     """``phantom verl overrides``: the full command, whether or not its data and model exist yet."""
     from phantom.verl import gpu
     from phantom.verl.spec import inputs_status
 
     spec = make_spec(args.preset, check_inputs=False, **parse_sets(args.set))
-    name = args.name or default_name(spec)
+    name = check_name(args.name or default_name(spec))
     run_path = runs_root(args.runs_dir) / name
     hw = None
+    if spec.backend == "gpu" and args.gpu_memory is not None:
+        hw = gpu.Hardware(gpus=(("assumed", args.gpu_memory),))
+    plan = make_plan(spec, hw)
     if spec.backend == "gpu":
-        hw = gpu.probe() if args.gpu_memory is None else gpu.Hardware(gpus=(("assumed", args.gpu_memory),))
-        for line in gpu.resolve(spec, hw)["why"]:
+        for line in plan.why:
             print(f"# {line}", file=sys.stderr)
-    print("\n".join(command(spec, to_overrides(spec, run_path, name, hw), run_path)[0]))
+    print(shell_command(command(spec, to_overrides(spec, run_path, name, plan), run_path)[0]))
     missing = [i for i in inputs_status(spec) if i["state"] == "missing"]
     for item in missing:
         print(f"# missing {item['input']}: {item['path']} ({item['fix']})", file=sys.stderr)
@@ -319,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("doctor", help="check this machine for a run (one table; each failed line says the fix)",
                    add_help=False)
     sub.add_parser("smoke", help="the first GPU run: gpu_smoke for all three arms, with checks", add_help=False)
+    sub.add_parser("sweep", help="verl's filter and the project's gates, arms x seeds on the CPU lab", add_help=False)
     for cmd in ("run", "overrides"):
         p = sub.add_parser(cmd, help="launch a run" if cmd == "run" else "print the overrides a run would use")
         p.add_argument("--preset", default="cpu_tiny")
@@ -330,10 +388,10 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--timeout", type=float, default=None, help="seconds before the run is stopped")
             p.add_argument("--echo", action="store_true", help="copy verl's output to this terminal")
         else:
-            p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+            p.add_argument("--gpu-memory", type=gib, default=None, metavar="GIB",
                            help="GPU memory to pick the memory row for (default: this machine's GPU)")
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] in (["doctor"], ["smoke"]):  # their own parsers (full --help)
+    if argv[:1] in (["doctor"], ["smoke"], ["sweep"]):  # their own parsers (full --help)
         from importlib import import_module
 
         return int(import_module(f"phantom.verl.{argv[0]}").main(argv[1:]))

@@ -136,9 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=1800, help="seconds per arm before it is stopped")
     args = p.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    bad = [a for a in arms if a not in ARMS_ALL] or sorted({a for a in arms if arms.count(a) > 1})
+    if not arms or bad:  # before any spec is made: a valid first arm must not build a model for nothing
+        print(f"phantom verl smoke: --arms {args.arms!r}: " + (f"{', '.join(map(repr, bad))} unknown or repeated; "
+              if bad else "no arm given; ") + f"allowed: a comma list of {', '.join(ARMS_ALL)}", file=sys.stderr)
+        return 2
     rows = []
     try:
-        specs = [(arm, make_spec(args.preset, **{**parse_sets(args.set), "arm": arm})) for arm in arms]
+        sets = parse_sets(args.set)
+        for arm in arms:  # every field of every arm checked, nothing built or written
+            make_spec(args.preset, check_inputs=False, **{**sets, "arm": arm})
+        specs = [(arm, make_spec(args.preset, **{**sets, "arm": arm})) for arm in arms]
     except (ValueError, FileNotFoundError) as exc:
         print(f"phantom verl smoke: {exc}", file=sys.stderr)
         return 2

@@ -7,8 +7,9 @@ those overrides and runs verl's ``validate_config``. Presets (``phantom/verl/pre
 paper's settings, each value with its source in a comment; a preset may ``extends:`` another.
 
 Machine-dependent settings (attention kernel, micro-batches, vLLM's memory share) stay ``None`` /
-``"auto"`` in a spec, so a spec names an experiment, not a machine: :func:`to_overrides` resolves them
-for the machine at hand (:mod:`phantom.verl.gpu`), and the run's manifest records the result.
+``"auto"`` in a spec, so a spec names an experiment, not a machine: :func:`phantom.verl.plan.make_plan`
+resolves them once for the machine at hand, :func:`to_overrides` builds the command from that plan,
+and the run's manifest records it.
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ ARMS = GATES  # which groups get zero advantage: none, score, outcome
 ESTIMATORS = ("grpo", "drgrpo", "gspo")
 BACKENDS = ("cpu", "gpu")
 TRAINERS = ("v1", "legacy", "recipe_dapo")
-DAPO_METRICS = ("acc", "score", "reward")
+#: ``algorithm.filter_groups.metric`` values a phantom run may ask for: keys of phantom's reward dict and verl's
+#: ``reward`` (the pre-KL sum of ``rm_scores``); ``default`` emits no metric, so verl 0.9.1's own default applies
+#: (``reward`` in ``ppo_trainer.yaml``, verl PR #7792): the one-flag configuration a user gets.
+DAPO_METRICS = ("default", "acc", "score", "reward", "outcome")
 ATTENTIONS = ("auto", "sdpa", "flash_attention_2")
 KL_TYPES = tuple(k + p for k in ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3") for p in ("", "+"))
 
@@ -82,7 +86,7 @@ class VerlSpec:
     ray_address: str | None = None
     trainer: str = "v1"
     dapo: bool = False
-    dapo_metric: str = "acc"
+    dapo_metric: str = "acc"  # default: no metric override (verl 0.9.1's `reward`)
     gen_batch_size: int | None = None
     max_num_gen_batches: int = 0
     max_inflight_gen_batches: int = 1
@@ -109,6 +113,7 @@ class VerlSpec:
     ref_param_offload: bool | None = None  # ref.fsdp_config.param_offload
     total_epochs: int | None = None  # trainer.total_epochs
     val_max_samples: int | None = None  # data.val_max_samples (None: the whole held-out file)
+    lr_warmup_steps: int | None = None  # actor.optim.lr_warmup_steps (linear warm-up, in training steps)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as stored in the manifest (and hashed): ``preset`` is a label, defaults of later fields are left out."""
@@ -141,6 +146,7 @@ _VERL_KEYS = {
     "ref_param_offload": "actor_rollout_ref.ref.fsdp_config.param_offload",
     "total_epochs": "trainer.total_epochs",
     "val_max_samples": "data.val_max_samples",
+    "lr_warmup_steps": "actor_rollout_ref.actor.optim.lr_warmup_steps",
 }
 
 
@@ -248,7 +254,7 @@ def _check(spec: VerlSpec) -> None:
         _optional(name, getattr(spec, name), int, lambda v: v >= 1, "an integer >= 1", auto=True)
     _optional("gpu_memory_utilization", spec.gpu_memory_utilization, (int, float), lambda v: 0 < v < 1,
               "a number in (0, 1)", auto=True)
-    for name in ("mini_batch_size", "max_model_len", "total_epochs", "val_max_samples"):
+    for name in ("mini_batch_size", "max_model_len", "total_epochs", "val_max_samples", "lr_warmup_steps"):
         _optional(name, getattr(spec, name), int, lambda v: v >= 1, "an integer >= 1")
     for name in ("lora_merge", "gradient_checkpointing", "enforce_eager", "free_cache_engine",
                  "filter_overlong_prompts", "ref_param_offload"):
@@ -273,12 +279,16 @@ def _lst(values: tuple[str, ...]) -> str:
     return values[0] if len(values) == 1 else "[" + ",".join(f"'{v}'" for v in values) + "]"
 
 
-def to_overrides(spec: VerlSpec, run_dir: str | os.PathLike[str], name: str, hw: Any = None) -> list[str]:
+def to_overrides(spec: VerlSpec, run_dir: str | os.PathLike[str], name: str, plan: Any = None) -> list[str]:
     """verl Hydra overrides for ``spec`` (a validated one: see :func:`make_spec`).
 
-    ``hw`` (a :class:`phantom.verl.gpu.Hardware`) decides the GPU backend's attention kernel,
-    micro-batches and memory share; ``None`` probes this machine.
+    ``plan`` (:class:`phantom.verl.plan.Plan`) holds the backend's machine-dependent choices (attention
+    kernel, micro-batches, vLLM's memory share); a :class:`phantom.verl.gpu.Hardware` is turned into
+    one, and ``None`` makes one for this machine.
     """
+    from phantom.verl.plan import Plan, make_plan
+
+    plan = plan if isinstance(plan, Plan) else make_plan(spec, plan)
     run = Path(run_dir).resolve()
     b, n = spec.train_batch_size, spec.rollout_n
     use_kl = spec.kl_loss_coef > 0
@@ -317,34 +327,37 @@ def to_overrides(spec: VerlSpec, run_dir: str | os.PathLike[str], name: str, hw:
         o.append(f"{a}.clip_ratio_low={spec.clip_ratio_low}")
     if spec.clip_ratio_high is not None:
         o.append(f"{a}.clip_ratio_high={spec.clip_ratio_high}")
-    if spec.dapo:
-        o += ["algorithm.filter_groups.enable=True", f"algorithm.filter_groups.metric={spec.dapo_metric}",
-              f"algorithm.filter_groups.max_num_gen_batches={spec.max_num_gen_batches}",
-              f"algorithm.filter_groups.max_inflight_gen_batches={spec.max_inflight_gen_batches}"]
+    if spec.dapo:  # only what differs from verl's defaults: dapo_metric=default is the one-flag configuration
+        fg = "algorithm.filter_groups"
+        o.append(f"{fg}.enable=True")
+        if spec.dapo_metric != "default":
+            o.append(f"{fg}.metric={spec.dapo_metric}")
+        if spec.max_num_gen_batches:
+            o.append(f"{fg}.max_num_gen_batches={spec.max_num_gen_batches}")
+        if spec.max_inflight_gen_batches != 1:
+            o.append(f"{fg}.max_inflight_gen_batches={spec.max_inflight_gen_batches}")
     if spec.trainer == "recipe_dapo":
         # The recipe's YAML finds verl's config only from a verl checkout; point Hydra at the package.
         o += [f"data.gen_batch_size={spec.gen_batch_size or b}", "hydra.searchpath=[pkg://verl.trainer.config]"]
     if spec.ray_address:
         o.append(f"+ray_kwargs.ray_init.address={spec.ray_address}")
     if spec.backend == "cpu":
-        o += _cpu_overrides(spec, run)
+        o += _cpu_overrides(spec, run, plan)
     else:
         from phantom.verl import gpu
 
-        o += gpu.gpu_overrides(spec, hw if hw is not None else gpu.probe())
+        o += gpu.gpu_overrides(spec, plan)
     return o + list(spec.extra_overrides)
 
 
-def _cpu_overrides(spec: VerlSpec, run: Path) -> list[str]:
+def _cpu_overrides(spec: VerlSpec, run: Path, plan: Any) -> list[str]:
     a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-    micro = spec.train_batch_size * spec.rollout_n
-    actor_micro = micro if spec.micro_batch_size in (None, "auto") else spec.micro_batch_size
-    lp_micro = micro if spec.logprob_micro_batch_size in (None, "auto") else spec.logprob_micro_batch_size
+    actor_micro, lp_micro = plan.micro, plan.logprob_micro
     ranks = spec.n_gpus_per_node * spec.nnodes
     o = [
-        "actor_rollout_ref.model.use_remove_padding=False",  # the rmpad path wants flash-attn varlen
+        f"actor_rollout_ref.model.use_remove_padding={plan.remove_padding}",  # the rmpad path wants flash-attn varlen
         f"actor_rollout_ref.model.enable_gradient_checkpointing={bool(spec.gradient_checkpointing)}",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # verl's default is FA2
+        f"+actor_rollout_ref.model.override_config.attn_implementation={plan.attn}",  # verl's default is FA2
         f"{a}.strategy=fsdp2", f"{a}.ppo_micro_batch_size_per_gpu={actor_micro}",
         f"{a}.use_torch_compile=False", f"{a}.fsdp_config.use_torch_compile=False",
         f"{r}.name=hf", f"{r}.tensor_model_parallel_size=1", f"{r}.load_format=auto",
@@ -355,11 +368,17 @@ def _cpu_overrides(spec: VerlSpec, run: Path) -> list[str]:
         # fp32 training (verl's default is bf16 mixed precision): faster on CPU, and the actor then
         # recomputes the rollout server's fp32 log-probs to float rounding (rollout_probs_diff ~1e-7).
         "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
-        # Each FSDP rank's bundle asks for 3 CPUs + 1 logical GPU: declare enough of both.
-        f"ray_kwargs.ray_init.num_cpus={max(8, 3 * ranks + 4)}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.PHANTOM_ROLLOUT_LOG={run / 'rollout.jsonl'}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.PHANTOM_SYNC_LOG={run / 'sync.jsonl'}",
     ]
+    if plan.poll_s:  # verl's own replay buffer, polling faster (phantom.verl.cpu.sampler)
+        from phantom.verl.cpu.sampler import NAME, PATH
+
+        o += [f"trainer.v1.sampler.custom_sampler.path={PATH}", f"trainer.v1.sampler.custom_sampler.name={NAME}"]
+    if plan.ray_address:  # a sweep's running head: Ray refuses num_cpus/num_gpus when joining a cluster
+        o.append(f"+ray_kwargs.ray_init.address={plan.ray_address}")
+    else:  # each FSDP rank's bundle asks for 3 CPUs + 1 logical GPU: declare enough of both
+        o += [f"ray_kwargs.ray_init.num_cpus={max(8, 3 * ranks + 4)}", f"+ray_kwargs.ray_init.num_gpus={ranks}"]
     if spec.kl_loss_coef > 0:
         o.append(f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={lp_micro}")
     if spec.lora_rank > 0:

@@ -40,9 +40,12 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["BatchGenerator", "HFServer", "HFReplica", "HFServerAdapter", "server_name"]
 
-#: How long the batcher keeps collecting while requests are still arriving (seconds).
-WINDOW_S = float(os.environ.get("PHANTOM_HF_BATCH_WINDOW_MS", "20")) / 1000.0
-MAX_WAIT_S = 1.0
+#: How long the batcher keeps collecting while requests are still arriving (seconds). A step's 160
+#: requests come from one agent-loop worker over tens of milliseconds, more on a busy machine; a batch cut
+#: early runs the rest as further batches, each with its own prefill and decode loop. The V1 trainer polls
+#: for finished groups every 2 s, so a little more waiting here costs nothing.
+WINDOW_S = float(os.environ.get("PHANTOM_HF_BATCH_WINDOW_MS", "150")) / 1000.0
+MAX_WAIT_S = 1.5
 #: When set, every generated batch appends {"step", "requests", "seconds", "tokens", "max_batch"} here.
 LOG_ENV = "PHANTOM_ROLLOUT_LOG"
 #: When set, every weight update appends {"step", "mode": full|base|adapter, "tensors", "lora_rank", "checksum"}.
@@ -155,6 +158,11 @@ class HFServer:
         pad = model.generation_config.pad_token_id
         seed = int(getattr(self.config, "seed", 0) or 0) + 1000 * int(replica_rank)
         self.gen = BatchGenerator(model, eos_ids, pad if pad is not None else next(iter(eos_ids), 0), seed)
+        from phantom.verl.cpu import labdecode
+
+        # the lab's own decoder for the lab's checkpoints (same weights and function, several times faster)
+        self.lab = (labdecode.LabDecoder(path, eos_ids, self.gen.pad_id, self.gen.generator)
+                    if labdecode.usable(path) and len(eos_ids) == 1 else None)
         self.max_batch = max(1, int(max_batch or self.config.max_num_seqs))
         self.max_model_len = int(self.config.max_model_len or (self.config.prompt_length + self.config.response_length))
         self.global_steps: int | None = None
@@ -224,11 +232,13 @@ class HFServer:
             self.stats["requests"] += len(batch)
             self.stats["batches"] += 1
             start = time.perf_counter()
-            outs = self.gen.generate(batch)
+            lab = self.lab is not None and all(self.lab.supports(r) for r in batch)
+            outs = self.lab.generate(batch) if lab else self.gen.generate(batch)
             seconds = time.perf_counter() - start
         if path := os.environ.get(LOG_ENV):  # per-batch telemetry (the launcher: runs/<name>/rollout.jsonl)
             rec = {"step": self.global_steps or 0, "requests": len(batch), "seconds": round(seconds, 6),
-                   "tokens": sum(len(o["token_ids"]) for o in outs), "max_batch": self.max_batch}
+                   "tokens": sum(len(o["token_ids"]) for o in outs), "max_batch": self.max_batch,
+                   "decoder": "lab" if lab else "transformers"}
             with open(path, "a") as fh:
                 fh.write(json.dumps(rec) + "\n")
         return outs
@@ -243,6 +253,8 @@ class HFServer:
 
         def load() -> None:
             with self.lock:
+                if mode != "full":
+                    self.lab = None  # unmerged adapters: the PEFT-wrapped transformers model samples
                 if mode == "base":
                     if self.peft is None:  # wrap once; the generator then samples the adapted model
                         self.peft = lora.wrap(self.gen.model, peft_config)
@@ -264,6 +276,8 @@ class HFServer:
                     raise RuntimeError(f"weight sync mismatch: missing={missing[:5]} unexpected={unexpected[:5]}")
                 if getattr(model.config, "tie_word_embeddings", False):
                     model.tie_weights()
+                if self.lab is not None:
+                    self.lab.load_state_dict(state_dict)
 
         await asyncio.to_thread(load)
         if global_steps is not None:
@@ -282,7 +296,8 @@ class HFServer:
             return float(sum(p.double().sum() for p in self.gen.model.parameters()))
 
     def get_stats(self) -> dict[str, int]:
-        return {**self.stats, "forward_calls": self.gen.forward_calls, "max_batch": self.max_batch}
+        return {**self.stats, "forward_calls": self.gen.forward_calls, "max_batch": self.max_batch,
+                "lab_decoder_calls": self.lab.calls if self.lab is not None else 0}
 
     async def set_global_steps(self, global_steps: int) -> None:
         self.global_steps = global_steps

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Copy the finished runs of a verl sweep into a committed folder, keeping only the small files.
+
+    python scripts/collect_verl_runs.py SRC DST            # e.g. runs/verl_sweep data/runs/verl_filter
+    python scripts/collect_verl_runs.py SRC DST --dry-run  # say what would be copied
+
+For every run folder under SRC whose ``manifest.json`` says ``"status": "done"``, the files in
+``phantom.verl.sweep.KEEP`` (manifest, metrics, gate, rollout and sync logs) are copied to
+``DST/<run name>/``; ``stdout.log``, Hydra's folder and the executed notebook stay behind. A run that is
+still running, or failed, is skipped and named.
+
+Before copying, the run's warm start (``spec.model`` in its manifest) is hashed file by file and
+compared with the shipped warm start's ``sha256`` table in ``data/warmstart/manifest.json``; a run
+whose model differs, or whose model folder is not on this machine, is refused (``--allow-unverified``
+copies it anyway and says so). Exit code 0 when every finished run was copied, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from phantom.verl.sweep import KEEP  # noqa: E402
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def shipped_hashes(manifest: Path) -> dict[str, dict[str, str]]:
+    """warm-start name -> {file: sha256} from data/warmstart/manifest.json."""
+    return {name: entry["sha256"] for name, entry in json.loads(manifest.read_text()).items() if "sha256" in entry}
+
+
+def check_model(model: str, shipped: dict[str, dict[str, str]]) -> tuple[bool, str]:
+    """(matches, what was found): the model folder's files against the shipped warm start of the same name."""
+    path = Path(model)
+    want = shipped.get(path.name)
+    if want is None:
+        return False, f"{path.name} is not a shipped warm start (shipped: {', '.join(shipped) or 'none'})"
+    if not path.is_dir():
+        return False, f"{path} is not on this machine"
+    bad = [f for f, h in want.items() if not (path / f).is_file() or sha256(path / f) != h]
+    if bad:
+        return False, f"{path}: {', '.join(bad)} differ from the shipped warm start"
+    return True, f"{path.name}: all {len(want)} files match the shipped sha256"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("src", type=Path, help="the sweep's --runs-dir (run folders verl-<cell>-s<seed>)")
+    ap.add_argument("dst", type=Path, help="the committed folder, e.g. data/runs/verl_filter")
+    ap.add_argument("--warmstart", type=Path, default=ROOT / "data" / "warmstart" / "manifest.json",
+                    help="the shipped warm start's manifest (default: data/warmstart/manifest.json)")
+    ap.add_argument("--allow-unverified", action="store_true", help="copy a run whose warm start cannot be verified")
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    if not args.src.is_dir():
+        ap.error(f"src={str(args.src)!r} is not a folder")
+    shipped = shipped_hashes(args.warmstart)
+    status = 0
+    for run in sorted(p for p in args.src.iterdir() if (p / "manifest.json").is_file()):
+        m = json.loads((run / "manifest.json").read_text())
+        if m.get("status") != "done":
+            print(f"skip  {run.name}: status {m.get('status')!r}")
+            continue
+        ok, found = check_model(str(m.get("spec", {}).get("model", "")), shipped)
+        if not ok and not args.allow_unverified:
+            print(f"REFUSE {run.name}: {found}")
+            status = 1
+            continue
+        files = [f for f in KEEP if (run / f).is_file()]
+        print(f"copy  {run.name}: {', '.join(files)} ({'verified' if ok else 'UNVERIFIED'}: {found})")
+        if args.dry_run:
+            continue
+        out = args.dst / run.name
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        for f in files:
+            shutil.copy2(run / f, out / f)
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
