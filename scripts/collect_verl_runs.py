@@ -18,7 +18,6 @@ copies it anyway and says so). Exit code 0 when every finished run was copied, 1
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
@@ -27,15 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from phantom.lab.warmstart import checkpoint_hashes  # noqa: E402
 from phantom.verl.sweep import KEEP  # noqa: E402
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def shipped_hashes(manifest: Path) -> dict[str, dict[str, str]]:
@@ -51,7 +43,8 @@ def check_model(model: str, shipped: dict[str, dict[str, str]]) -> tuple[bool, s
         return False, f"{path.name} is not a shipped warm start (shipped: {', '.join(shipped) or 'none'})"
     if not path.is_dir():
         return False, f"{path} is not on this machine"
-    bad = [f for f, h in want.items() if not (path / f).is_file() or sha256(path / f) != h]
+    have = checkpoint_hashes(path)  # the same hashing the shipped manifest was written with
+    bad = [f for f, h in want.items() if have.get(f) != h]
     if bad:
         return False, f"{path}: {', '.join(bad)} differ from the shipped warm start"
     return True, f"{path.name}: all {len(want)} files match the shipped sha256"
