@@ -48,7 +48,7 @@ def test_runs_read_as_complete_trl_runs(runs):
 
 
 def test_outcome_gate_zeroes_exactly_the_degenerate_groups(runs):
-    for m, df in runs["outcome"]:
+    for _m, df in runs["outcome"]:
         degenerate = df.loc[1:, "phantom/groups/all_fail"] + df.loc[1:, "phantom/groups/all_pass"]
         assert (df.loc[1:, "phantom/groups/zeroed"] == degenerate).all()
         assert (df.loc[1:, "trl/frac_reward_zero_std"] >= df.loc[1:, "phantom/frac/zeroed"] - 1e-9).all()
