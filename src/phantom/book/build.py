@@ -231,38 +231,13 @@ def _run_lab_sweeps(needs: Mapping[str, list[str]], profile: str, jobs: int,
                                f"failed: {exc}") from exc
 
 
-#: chapter execution and the strict Jupyter Book build of the full profile on the reference machine of
-#: :data:`phantom.lab.eta.REFERENCE` (seconds; `make book`, benchmarks/results_book.md)
-PAGES_SECONDS = 75.0
-
-
 def _log_eta(needs: Mapping[str, list[str]], profile: str, jobs: int, root: Path, n_chapters: int) -> None:
-    """Say up front how long the build should take here: the lab cells' committed wall times and the
-    pages' time, scaled by a one-second probe of this machine (:func:`phantom.lab.eta.estimate`)."""
+    """Say up front how long the build should take here (:func:`phantom.lab.eta.build_message`)."""
     try:
-        from phantom.lab.eta import REFERENCE, estimate, probe_seconds
-        from phantom.lab.sweep import expand, load_sweep, sweep_file
-        from phantom.runs import runs_root
+        from phantom.lab.eta import build_message
     except ImportError:
         return
-    probe = probe_seconds()
-    lab = 0.0
-    cells = 0
-    for name in needs:
-        todo = [c.name for c in expand(load_sweep(sweep_file(name, root)), profile)
-                if not (runs_root() / c.name / "manifest.json").is_file()]
-        est = estimate(root / "data" / "runs" / "lab_paper", todo, jobs, probe=probe)
-        if est["seconds"] is None and todo:
-            log(f"no time estimate for {len(todo)} lab cells of {name!r} (profile {profile})")
-            return
-        lab += est["seconds"] or 0.0
-        cells += len(todo)
-    ratio = probe / REFERENCE["probe_s"]
-    pages = PAGES_SECONDS * ratio if profile == "full" else PAGES_SECONDS
-    log(f"estimated time here: {(lab + pages) / 60:.1f} min ({cells} lab cells, {jobs} at a time: "
-        f"{lab / 60:.1f} min; {n_chapters} chapters and the HTML: {pages / 60:.1f} min). This machine runs the "
-        f"lab's probe in {probe:.2f} s, {ratio:.2f}x the {REFERENCE['probe_s']:.2f} s of the machine that made "
-        "the committed runs")
+    log(build_message(needs, profile, jobs, root, n_chapters))
 
 
 def vendor_js(root: Path, *, check_only: bool = False) -> None:

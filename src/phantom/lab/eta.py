@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REFERENCE", "probe_seconds", "cell_seconds", "estimate"]
+__all__ = ["REFERENCE", "PAGES_SECONDS", "probe_seconds", "cell_seconds", "estimate", "build_message"]
 
 #: The probe's time on the machine that made the committed runs (data/runs/lab_paper, one thread, best of
 #: four; measured with ``python -c "from phantom.lab.eta import probe_seconds; print(probe_seconds())"``).
@@ -82,3 +82,31 @@ def estimate(committed: str | Path, names: Iterable[str], jobs: int, probe: floa
     for w in sorted((walls.get(n, mean) for n in names), reverse=True):
         loads[loads.index(min(loads))] += w * ratio
     return {"seconds": max(loads), "ratio": ratio, "cells": len(names), "known": len(walls)}
+#: chapter execution and the strict Jupyter Book build of the full profile on the reference machine of
+#: :data:`phantom.lab.eta.REFERENCE` (seconds; `make book`, benchmarks/results_book.md)
+PAGES_SECONDS = 75.0
+
+
+def build_message(needs: Mapping[str, list[str]], profile: str, jobs: int, root: Path, n_chapters: int) -> str:
+    """Say up front how long the build should take here: the lab cells' committed wall times and the
+    pages' time, scaled by a one-second probe of this machine (:func:`phantom.lab.eta.estimate`)."""
+    from phantom.lab.sweep import expand, load_sweep, sweep_file
+    from phantom.runs import runs_root
+
+    probe = probe_seconds()
+    lab = 0.0
+    cells = 0
+    for name in needs:
+        todo = [c.name for c in expand(load_sweep(sweep_file(name, root)), profile)
+                if not (runs_root() / c.name / "manifest.json").is_file()]
+        est = estimate(root / "data" / "runs" / "lab_paper", todo, jobs, probe=probe)
+        if est["seconds"] is None and todo:
+            return f"no time estimate for {len(todo)} lab cells of {name!r} (profile {profile})"
+        lab += est["seconds"] or 0.0
+        cells += len(todo)
+    ratio = probe / REFERENCE["probe_s"]
+    pages = PAGES_SECONDS * ratio if profile == "full" else PAGES_SECONDS
+    return (f"estimated time here: {(lab + pages) / 60:.1f} min ({cells} lab cells, {jobs} at a time: "
+        f"{lab / 60:.1f} min; {n_chapters} chapters and the HTML: {pages / 60:.1f} min). This machine runs the "
+        f"lab's probe in {probe:.2f} s, {ratio:.2f}x the {REFERENCE['probe_s']:.2f} s of the machine that made "
+        "the committed runs")
