@@ -222,14 +222,15 @@ def test_ctrl_c_during_rl_marks_the_run_interrupted_and_a_second_copy_is_refused
 @slow
 def test_ctrl_c_during_sft_leaves_no_half_built_checkpoint(tmp_path):
     art = tmp_path / "artifacts"
-    proc = subprocess.Popen([sys.executable, "-m", "phantom.cli", "lab", "sft", "--model", "tiny"], cwd=tmp_path,
+    # lab_base trains for minutes, so the interrupt lands inside the build however fast the machine is
+    proc = subprocess.Popen([sys.executable, "-m", "phantom.cli", "lab", "sft", "--model", "lab_base"], cwd=tmp_path,
                             env={**ENV, "PHANTOM_ARTIFACTS": str(art)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    _wait_for(lambda: any((art / "lab").glob(".sft-tiny-*.lock")), "the build took its lock", proc)
+    _wait_for(lambda: any((art / "lab").glob(".sft-lab_base-*.lock")), "the build took its lock", proc)
     time.sleep(1.0)  # into the build
     r = _interrupt(proc)
     _check(r, 130, ["phantom lab: interrupted"])
-    assert not list((art / "lab").glob(".sft-*.tmp*")) and not list((art / "lab").glob("sft-tiny-*"))
+    assert not list((art / "lab").glob(".sft-*.tmp*")) and not list((art / "lab").glob("sft-lab_base-*"))
 
 
 # --- the policy itself ---------------------------------------------------------------------------
