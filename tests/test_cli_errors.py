@@ -188,6 +188,12 @@ def _wait_for(check, what: str, proc: subprocess.Popen, timeout: float = 600) ->
         time.sleep(0.2)
 
 
+def _sigint_default() -> None:
+    """Ctrl-C as in a terminal: a runner that starts tests in the background (a shell's `&`) ignores SIGINT,
+    and a child inherits that; Python installs its own handler only where SIGINT is at its default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(proc: subprocess.Popen) -> subprocess.CompletedProcess:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
@@ -204,7 +210,7 @@ def test_ctrl_c_during_rl_marks_the_run_interrupted_and_a_second_copy_is_refused
     argv = [sys.executable, "-m", "phantom.cli", "lab", "run", "--model", "tiny", "--steps", "100000", "--threads", "1",
             "--set", "prompts=2", "--set", "rollouts=2", "--set", "eval_every=100000", "--set", "eval_n=2",
             "--runs-dir", str(runs), "--name", "long"]
-    first = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default)
     metrics = runs / "long" / "metrics.jsonl"
     _wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 2, "step 1 was logged", first)
 
@@ -225,7 +231,7 @@ def test_ctrl_c_during_sft_leaves_no_half_built_checkpoint(tmp_path):
     # lab_base trains for minutes, so the interrupt lands inside the build however fast the machine is
     proc = subprocess.Popen([sys.executable, "-m", "phantom.cli", "lab", "sft", "--model", "lab_base"], cwd=tmp_path,
                             env={**ENV, "PHANTOM_ARTIFACTS": str(art)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_sigint_default)
     _wait_for(lambda: any((art / "lab").glob(".sft-lab_base-*.lock")), "the build took its lock", proc)
     time.sleep(1.0)  # into the build
     r = _interrupt(proc)
