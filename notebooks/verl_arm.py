@@ -50,6 +50,7 @@ timeout_s = None  # None: 2 h on cpu, 4 h on gpu (a paper arm took ~50 min on an
 echo = False  # copy verl's own output into this notebook
 extra = {}  # any other spec field by name, e.g. val_freq or noise_p
 sweep = None  # manifest field of a sweep's cell (phantom verl sweep sets it)
+starve_batches = None  # with the group filter on CPU: stop a step after this many generation batches (run "starved")
 
 # %%
 import pandas as pd
@@ -73,11 +74,14 @@ spec
 # %%
 timeout = timeout_s if timeout_s is not None else (2 if spec.backend == "cpu" else 4) * 3600
 run = launch(spec, name, runs_dir=runs_dir, timeout=timeout, echo=echo, progress=sweep is None,
-             manifest={"sweep": sweep} if sweep else None)
+             manifest={"sweep": sweep} if sweep else None, starve_batches=starve_batches)
 manifest = run.manifest()
 status = manifest["status"]
 print(f"{run.name}: {status} in {manifest['finished'] - manifest['started']:.0f} s -> {run.path}")
-assert status == "done", status
+if status == "starved":  # an outcome: the filter evicted every group of a step, batch after batch
+    print(f"stopped at step {manifest['starved']['step']}: {manifest['starved']['sequences']} sequences generated, "
+          f"bound {manifest['starved']['limit']}")
+assert status in ("done", "starved"), status
 
 # %% [markdown]
 # ## Curves

@@ -28,6 +28,7 @@ from phantom.proc.malloc import in_use as malloc_in_use
 
 __all__ = [
     "STATUSES",
+    "FINISHED",
     "RunDir",
     "RunInUse",
     "RunConflict",
@@ -44,8 +45,12 @@ __all__ = [
     "check_writable_dir",
 ]
 
-#: ``interrupted``: stopped by Ctrl-C (or SIGTERM); like ``failed``, re-run on the next start
-STATUSES = ("running", "done", "failed", "interrupted")
+#: ``interrupted``: stopped by Ctrl-C (or SIGTERM); like ``failed``, re-run on the next start.
+#: ``starved``: a verl run stopped because its group filter found no batch (``phantom.verl.starve``); an
+#: outcome, not an error: like ``done`` it is reused, never re-run
+STATUSES = ("running", "done", "failed", "interrupted", "starved")
+#: statuses of a run that ended on its own terms (reused by a resumed sweep)
+FINISHED = ("done", "starved")
 MANIFEST = "manifest.json"
 METRICS = "metrics.jsonl"
 
@@ -210,10 +215,15 @@ class RunDir:
     def done(self) -> bool:
         return self.status == "done"
 
+    @property
+    def finished(self) -> bool:
+        """Ended on its own terms (``done`` or ``starved``): reused, never re-run."""
+        return self.status in FINISHED
+
     def existing(self, spec: Mapping[str, Any]) -> bool:
         """True when a finished run of exactly this spec is here (reuse it); raises on a conflict."""
         m = self.manifest()
-        if m.get("status") != "done":
+        if m.get("status") not in FINISHED:
             return False
         if m.get("spec_hash") != spec_hash(spec):
             raise RunConflict(

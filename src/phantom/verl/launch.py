@@ -45,6 +45,7 @@ from phantom.verl.doctor import run_env
 from phantom.verl.filters import check_filter
 from phantom.verl.plan import make_plan
 from phantom.verl.spec import VerlSpec, compose, load_preset, make_spec, presets, to_overrides
+from phantom.verl.starve import RefillGuard, Starved, val_rows
 
 __all__ = ["launch", "preflight", "run_env", "command", "check_name", "shell_command", "gate_metrics",
            "read_run_metrics", "main"]
@@ -201,7 +202,8 @@ def _short(key: str) -> str:
     return "val_acc" if key.startswith("val-core") else key.split("/")[-2] if key.count("/") >= 2 else key
 
 
-def _progress(run: RunDir, proc: subprocess.Popen, spec: VerlSpec, show: bool, timeout: float | None) -> None:
+def _progress(run: RunDir, proc: subprocess.Popen, spec: VerlSpec, show: bool, timeout: float | None,
+              guard: RefillGuard | None = None) -> None:
     from tqdm.auto import tqdm
 
     bar = tqdm(total=spec.steps, desc=run.name, unit="step", disable=not show, file=sys.stderr)
@@ -211,6 +213,8 @@ def _progress(run: RunDir, proc: subprocess.Popen, spec: VerlSpec, show: bool, t
         if timeout is not None and time.time() - start > timeout:
             _stop(proc)
             raise TimeoutError(f"run {run.name} exceeded {timeout:.0f} s")
+        if guard is not None:
+            guard.check()  # Starved: the filter evicts every group and V1 refills without end
         try:
             df = read_metrics(run.metrics_path) if run.metrics_path.is_file() else None
         except (OSError, ValueError):
@@ -246,10 +250,13 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLike[str] | None = None,
            timeout: float | None = None, progress: bool = True, echo: bool = False,
-           manifest: dict[str, Any] | None = None) -> RunDir:
+           manifest: dict[str, Any] | None = None, starve_batches: int | None = None) -> RunDir:
     """Run ``spec`` to completion (or reuse its finished folder); returns the run folder.
 
     ``manifest``: more manifest fields (a sweep records its name and cell), not part of the spec.
+    ``starve_batches``: with the group filter on the CPU backend, stop a step that has generated more than
+    this many generation batches (:mod:`phantom.verl.starve`); the folder is then marked ``starved``
+    (a finished outcome, returned, not raised). None: no bound (verl's V1 behaviour).
 
     Raises ``ValueError`` / ``FileNotFoundError`` / ``RunInUse`` / ``RunConflict`` / ``RuntimeError``
     before anything is written; a run that starts but fails is marked ``failed`` and raises ``RuntimeError``.
@@ -263,6 +270,9 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
                        "stop that process or wait for it")
     if run.check_startable(spec_dict):  # RunInUse for a live run, RunConflict for another spec
         return run
+    if starve_batches is not None and (isinstance(starve_batches, bool) or not isinstance(starve_batches, int)
+                                       or starve_batches < 1):
+        raise ValueError(f"starve_batches={starve_batches!r} is invalid; allowed: an integer >= 1, or None")
     plan = make_plan(spec)  # the machine's choices, once: the command and the doctor both read this plan
     overrides = to_overrides(spec, run.path, name, plan)
     notes: list[str] = []
@@ -280,7 +290,13 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
     run = RunDir.start(name, spec_dict, kind="verl", root=runs_dir,
                        extra={"overrides": overrides, "command": argv, "backend": spec.backend, "preset": spec.preset,
                               "preflight": versions, "compose_notes": notes + warnings,
-                              "filter_groups": filter_groups, **plan.manifest(), **(manifest or {})})
+                              "filter_groups": filter_groups, **plan.manifest(), **(manifest or {}),
+                              **({"starve_batches": starve_batches} if starve_batches else {})})
+    guard = None
+    if starve_batches and spec.dapo and spec.backend == "cpu":
+        per_batch = spec.train_batch_size * spec.rollout_n
+        guard = RefillGuard(run.path / "rollout.jsonl", starve_batches, per_batch,
+                            val_rows(spec.val_files, spec.val_max_samples))
     cwd = cwd if spec.trainer == "recipe_dapo" else run.path
     with run.stdout_path.open("w") as log:
         try:  # its own session, so that _stop can end verl and every Ray process it started
@@ -300,7 +316,17 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
         try:
-            _progress(run, proc, spec, progress, timeout)
+            _progress(run, proc, spec, progress, timeout, guard)
+        except Starved as exc:
+            _stop(proc)
+            reader.join(timeout=10)
+            df = read_metrics(run.metrics_path) if run.metrics_path.is_file() else None
+            last = int(df.index.max()) if df is not None and not df.empty else -1
+            merged = _merge(run, spec)
+            run.finish("starved", returncode=proc.poll(), last_step=last, merged_steps=merged,
+                       starved={"step": exc.step, "sequences": exc.sequences, "limit": exc.limit})
+            print(f"phantom verl: {run.name} starved: {exc}", file=sys.stderr)
+            return run
         except BaseException as exc:
             _stop(proc)
             reader.join(timeout=10)
@@ -387,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "run":
             p.add_argument("--timeout", type=float, default=None, help="seconds before the run is stopped")
             p.add_argument("--echo", action="store_true", help="copy verl's output to this terminal")
+            p.add_argument("--starve-batches", type=int, default=None, metavar="N",
+                           help="with the group filter (CPU backend): stop a step after N generation batches "
+                                "and mark the run starved, exit 4 (default: no bound, as verl's V1 trainer)")
         else:
             p.add_argument("--gpu-memory", type=gib, default=None, metavar="GIB",
                            help="GPU memory to pick the memory row for (default: this machine's GPU)")
@@ -404,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "overrides":
             return _print_overrides(args)
         spec = make_spec(args.preset, **parse_sets(args.set))
-        run = launch(spec, args.name, runs_dir=args.runs_dir, timeout=args.timeout, echo=args.echo)
+        run = launch(spec, args.name, runs_dir=args.runs_dir, timeout=args.timeout, echo=args.echo,
+                     starve_batches=args.starve_batches)
     except (ValueError, FileNotFoundError, RunInUse, RunConflict) as exc:
         print(f"phantom verl: {exc}", file=sys.stderr)
         return 2
@@ -412,4 +442,4 @@ def main(argv: list[str] | None = None) -> int:
         print(f"phantom verl: {exc}", file=sys.stderr)
         return 1
     print(f"{run.status}: {run.path}")
-    return 0
+    return 0 if run.status == "done" else 4  # starved: the group filter found no batch within --starve-batches

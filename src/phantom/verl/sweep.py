@@ -50,6 +50,8 @@ PROFILES: dict[str, dict[str, Any]] = {
     "quick": {"preset": "cpu_tiny", "seeds": [0], "set": {"val_freq": 1}},
 }
 #: files of a run folder that are committed (everything else is regenerated or large)
+#: the refill bound of filtered cells, in generation batches per step: the paper's max_num_gen_batches (§8)
+STARVE_BATCHES = 10
 KEEP = ("manifest.json", "metrics.jsonl", "gate.jsonl", "rollout.jsonl", "sync.jsonl")
 _NB_DIR = ".verl_notebooks"
 
@@ -94,17 +96,20 @@ def cell_of(spec: dict[str, Any]) -> str | None:
 def endpoints(root: str | os.PathLike[str], collapse_acc: float = 0.05, early_steps: int = 10) -> Any:
     """One row per finished verl run under ``root`` that belongs to a cell: held-out accuracy and length at
     the first and last validation, the first validation below ``collapse_acc``, the filter's refill
-    telemetry, and the trained groups' all-fail and phantom shares over steps 1..``early_steps``."""
+    telemetry, and the trained groups' all-fail and phantom shares over steps 1..``early_steps``.
+
+    ``status`` is ``done`` (all steps) or ``starved`` (stopped by the refill bound at step ``starved_at``;
+    its last validation is then the last one before that step)."""
     import pandas as pd
 
     from phantom.runs import iter_runs
     from phantom.verl.launch import read_run_metrics
 
     rows = []
-    for run in iter_runs(root):
+    for run in iter_runs(root, status=None):
         m = run.manifest()
         cell = cell_of(m.get("spec", {})) if m.get("kind") == "verl" else None
-        if cell is None:
+        if cell is None or not run.finished:
             continue
         df = read_run_metrics(run.path)
         acc_key = next(c for c in df.columns if c.startswith("val-core/") and c.endswith("/acc/mean@1"))
@@ -118,7 +123,8 @@ def endpoints(root: str | os.PathLike[str], collapse_acc: float = 0.05, early_st
         early = train.loc[:early_steps]
         b = int(m["spec"]["train_batch_size"])
         rows.append({
-            "name": run.name, "cell": cell, "seed": m["spec"]["seed"], "label": LABELS[cell],
+            "name": run.name, "cell": cell, "seed": m["spec"]["seed"], "label": LABELS[cell], "status": m["status"],
+            "starved_at": (m.get("starved") or {}).get("step"),
             "acc0": float(acc.iloc[0]), "acc_end": float(acc.iloc[-1]), "acc_min": float(acc.min()),
             "collapse": int(below.index[0]) if len(below) else None,
             "len0": float(length.iloc[0]), "len_end": float(length.iloc[-1]),
@@ -146,17 +152,22 @@ def slim(run: Path) -> list[str]:
     return removed
 
 
-def _notebook_params(cell: Cell, root: Path, profile: str) -> dict[str, Any]:
+def _notebook_params(cell: Cell, root: Path, profile: str, starve_batches: int | None = None) -> dict[str, Any]:
     f = dict(cell["fields"])
     known = ("arm", "estimator", "dapo", "dapo_metric", "seed")
     return {"preset": cell["preset"], **{k: f.pop(k) for k in known if k in f}, "extra": f, "name": cell["name"],
-            "runs_dir": str(root), "sweep": {"name": "verl", "profile": profile, "cell": cell["cell"]}}
+            "runs_dir": str(root), "sweep": {"name": "verl", "profile": profile, "cell": cell["cell"]},
+            **({"starve_batches": starve_batches} if starve_batches and cell["fields"].get("dapo") else {})}
 
 
 def run_sweep(profile: str = "full", *, only: list[str] | None = None, seeds: list[int] | None = None,
               runs_dir: str | os.PathLike[str] | None = None, dry_run: bool = False, progress: bool = True,
-              shared_ray: bool = True, keep: bool = True) -> list[Any]:
+              shared_ray: bool = True, keep: bool = True, starve_batches: int | None = STARVE_BATCHES) -> list[Any]:
     """Run every unfinished cell, one at a time; return the cells' run folders in order.
+
+    ``starve_batches``: a filtered cell whose step generates more than this many generation batches stops
+    and is marked ``starved`` (:mod:`phantom.verl.starve`; verl-recipe's DAPO trainer stops at its
+    ``max_num_gen_batches``, 10 in the paper's §8 runs); None: V1's unbounded refill.
 
     ``shared_ray``: one Ray head for all cells (``phantom.verl.cluster``); ``keep=False`` slims each
     finished folder to :data:`KEEP`. Raises ``RuntimeError`` listing the cells that failed.
@@ -172,7 +183,7 @@ def run_sweep(profile: str = "full", *, only: list[str] | None = None, seeds: li
     todo_cells = cells(profile, only=only, seeds=seeds)
     root = runs_root(runs_dir)
     runs = [RunDir(root / c["name"]) for c in todo_cells]
-    todo = [c for c, r in zip(todo_cells, runs) if not r.done]
+    todo = [c for c, r in zip(todo_cells, runs) if not r.finished]
     if dry_run or not todo:
         return runs
     first = make_spec(todo[0]["preset"], **todo[0]["fields"])  # builds the warm start and data once, before Ray
@@ -193,14 +204,14 @@ def run_sweep(profile: str = "full", *, only: list[str] | None = None, seeds: li
             env.pop("RAY_ADDRESS", None)
         for cell in tqdm(todo, desc=f"verl sweep {profile}", unit="run", disable=not progress):
             params = work / f"{cell['name']}.params.yaml"
-            params.write_text(yaml.safe_dump(_notebook_params(cell, root, profile)))
+            params.write_text(yaml.safe_dump(_notebook_params(cell, root, profile, starve_batches)))
             log, out_nb = work / f"{cell['name']}.log", work / f"{cell['name']}.ipynb"
             cmd = [sys.executable, "-m", "papermill", str(nb_in), str(out_nb), "-f", str(params), "-k", "python3",
                    "--no-progress-bar", "--cwd", str(Path.cwd())]
             with log.open("w") as fh:
                 rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
             run = RunDir(root / cell["name"])
-            if rc != 0 or not run.done:
+            if rc != 0 or not run.finished:
                 failures.append(f"{cell['name']}: papermill exit {rc}, status {run.status}; log {log}")
                 continue
             if keep:
@@ -234,15 +245,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="list the cells and whether they are finished")
     ap.add_argument("--slim", action="store_true", help="keep only " + ", ".join(KEEP) + " in finished folders")
     ap.add_argument("--own-ray", action="store_true", help="let each run start its own Ray cluster")
+    ap.add_argument("--starve-batches", type=int, default=STARVE_BATCHES, metavar="N",
+                    help="stop a filtered cell's step after N generation batches and mark the run starved "
+                         f"(default {STARVE_BATCHES}, the paper's max_num_gen_batches; 0: no bound)")
     a = ap.parse_args(argv)
     try:
+        if a.starve_batches < 0:
+            raise ValueError(f"--starve-batches {a.starve_batches} is invalid; allowed: an integer >= 1, or 0 for no bound")
         only = [c.strip() for c in a.cells.split(",") if c.strip()] if a.cells else None
         try:
             seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else None
         except ValueError:
             raise ValueError(f"--seeds {a.seeds!r} is invalid; allowed: a comma list of integers >= 0") from None
         runs = run_sweep(a.profile, only=only, seeds=seeds, runs_dir=a.runs_dir, dry_run=a.dry_run,
-                         shared_ray=not a.own_ray, keep=not a.slim)
+                         shared_ray=not a.own_ray, keep=not a.slim, starve_batches=a.starve_batches or None)
     except (ValueError, FileNotFoundError) as exc:
         print(f"phantom verl sweep: {exc}", file=sys.stderr)
         return 2
