@@ -4,7 +4,7 @@
     python scripts/collect_verl_runs.py SRC DST            # e.g. runs/verl_sweep data/runs/verl_filter
     python scripts/collect_verl_runs.py SRC DST --dry-run  # say what would be copied
 
-For every run folder under SRC whose ``manifest.json`` says ``"status": "done"``, the files in
+For every run folder under SRC whose ``manifest.json`` says ``"status": "done"`` (or ``"starved"``: stopped by the refill bound), the files in
 ``phantom.verl.sweep.KEEP`` (manifest, metrics, gate, rollout and sync logs) are copied to
 ``DST/<run name>/``; ``stdout.log``, Hydra's folder and the executed notebook stay behind. A run that is
 still running, or failed, is skipped and named.
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for run in sorted(p for p in args.src.iterdir() if (p / "manifest.json").is_file()):
         m = json.loads((run / "manifest.json").read_text())
-        if m.get("status") != "done":
+        if m.get("status") not in ("done", "starved"):  # starved: stopped by the refill bound, an outcome
             print(f"skip  {run.name}: status {m.get('status')!r}")
             continue
         ok, found = check_model(str(m.get("spec", {}).get("model", "")), shipped)

@@ -1,7 +1,8 @@
 """verl 0.9.1's real trainer on this CPU, end to end: the papermill notebook, a sweep cell with verl's filter.
 
-Each test starts a local Ray cluster (~30 processes) and runs `python -m verl.trainer.main_ppo`
-for 2 steps with the tiny random model; about 1.5-2.5 minutes each on a 2-core machine.
+Each verl run is `python -m verl.trainer.main_ppo` for 2 steps with the tiny random model under a local
+Ray cluster (~30 processes); the two sweep cells share one Ray head and one preflight (`swept`), the
+smoke test starts its own, as a GPU user's first command does. About 1.5-2.5 minutes per run on 2 cores.
 """
 
 from __future__ import annotations
@@ -38,31 +39,36 @@ def _check_run(run: RunDir, steps: int = 2):
     return df
 
 
-def test_notebook_runs_one_outcome_arm_on_cpu(tmp_path):
-    import jupytext
-    import papermill
-
-    nb = jupytext.read(ROOT / "notebooks" / "verl_arm.py")
-    out = tmp_path / "verl_arm.ipynb"
-    runs = tmp_path / "runs"
-    papermill.execute_notebook(nb, str(out), kernel_name="python3", cwd=str(ROOT), progress_bar=False,
-                               parameters={"backend": "cpu", "arm": "phantom_grpo_outcome", "steps": 2,
-                                           "runs_dir": str(runs), "name": "nb_outcome", "timeout_s": 800})
-    run = RunDir(runs / "nb_outcome")
-    df = _check_run(run)
-    assert run.manifest()["spec"]["arm"] == "outcome" and run.manifest()["spec"]["val_before_train"]
-    assert "algorithm.adv_estimator=phantom_grpo_outcome" in run.manifest()["overrides"]
-    # the random model never solves the task: every group all-fail, all zeroed by the outcome gate
-    assert (df.loc[1:, "phantom/frac/zeroed"] == 1.0).all() and (df.loc[1:, "phantom/adv/abs_mean"] == 0).all()
-    assert "plotly" in out.read_text()  # the curves were drawn
-
-
-def test_sweep_cell_b_verls_default_filter_under_a_shared_ray_head(tmp_path):
-    """`phantom verl sweep`'s cell b (filter on, no metric: verl 0.9.1's `reward`) through the notebook, under
-    the sweep's own Ray head; verl's replay buffer polling every 0.2 s; resumed, not re-run."""
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """`phantom verl sweep`'s quick profile, cells `outcome` and `b`, under the sweep's own Ray head: each cell is a
+    papermill execution of notebooks/verl_arm.py, so one verl start-up serves the notebook's test and the filter's."""
     from phantom.verl.sweep import run_sweep
 
-    (run,) = run_sweep("quick", only=["b"], seeds=[0], runs_dir=tmp_path, progress=False)
+    root = tmp_path_factory.mktemp("verl_sweep")
+    outcome, b = run_sweep("quick", only=["outcome", "b"], seeds=[0], runs_dir=root, progress=False)
+    return root, outcome, b
+
+
+def test_notebook_runs_one_outcome_arm_on_cpu(swept):
+    _, run, _ = swept
+    df = _check_run(run)
+    m = run.manifest()
+    assert m["spec"]["arm"] == "outcome" and m["spec"]["val_before_train"]
+    assert make_spec("cpu_tiny", arm="phantom_grpo_outcome").arm == "outcome"  # the estimator's name is accepted
+    assert "algorithm.adv_estimator=phantom_grpo_outcome" in m["overrides"]
+    assert "starve_batches" not in m  # the refill bound is for filtered cells only
+    # the random model never solves the task: every group all-fail, all zeroed by the outcome gate
+    assert (df.loc[1:, "phantom/frac/zeroed"] == 1.0).all() and (df.loc[1:, "phantom/adv/abs_mean"] == 0).all()
+    assert "plotly" in (run.path / "verl_arm.ipynb").read_text()  # the notebook ran to its curves
+
+
+def test_sweep_cell_b_verls_default_filter_under_a_shared_ray_head(swept):
+    """`phantom verl sweep`'s cell b (filter on, no metric: verl 0.9.1's `reward`) through the notebook, under
+    the sweep's own Ray head; verl's replay buffer polling every 0.2 s; resumed, not re-run."""
+    from phantom.verl.sweep import STARVE_BATCHES, run_sweep
+
+    root, outcome, run = swept
     df = _check_run(run)
     m = run.manifest()
     o = m["overrides"]
@@ -70,7 +76,9 @@ def test_sweep_cell_b_verls_default_filter_under_a_shared_ray_head(tmp_path):
     assert m["filter_groups"] == {"enable": True, "metric": "reward", "metric_source": "verl default",
                                   "max_inflight_gen_batches": 1, "max_num_gen_batches": 0, "trainer": "v1"}
     assert m["sweep"] == {"name": "verl", "profile": "quick", "cell": "b"}
+    assert m["starve_batches"] == STARVE_BATCHES  # bounded, and the tiny run stayed under the bound
     assert m["plan"]["ray"].startswith("127.0.0.1:") and m["plan"]["replay_buffer_poll_s"] == 0.2
+    assert m["plan"]["ray"] == outcome.manifest()["plan"]["ray"]  # both cells joined the sweep's one head
     assert any(x.startswith("+ray_kwargs.ray_init.address=127.0.0.1:") for x in o)
     assert not any(x.startswith("ray_kwargs.ray_init.num_cpus=") for x in o)
     assert (df.loc[1:, "phantom/gen_batches"] >= 1).all() and (df.loc[1:, "phantom/prompts_generated"] >= 4).all()
@@ -85,7 +93,7 @@ def test_sweep_cell_b_verls_default_filter_under_a_shared_ray_head(tmp_path):
     log = run.stdout_path.read_text()
     assert "data.gen_batch_size defaulted to 1" in log  # verl's replay-buffer DAPO path was taken
     assert (run.path / "verl_arm.ipynb").is_file()
-    (again,) = run_sweep("quick", only=["b"], seeds=[0], runs_dir=tmp_path, progress=False)  # reused, not re-run
+    (again,) = run_sweep("quick", only=["b"], seeds=[0], runs_dir=root, progress=False)  # reused, not re-run
     assert again.manifest()["started"] == m["started"]
     assert read_run_metrics(run.path).equals(read_run_metrics(again.path))
 

@@ -37,7 +37,11 @@ def test_a_committed_run_is_finished_small_and_in_its_cell(name):
     m = manifest(name)
     cell, seed = re.fullmatch(r"verl-([a-d])-s(\d+)", name).groups()
     # verl-a-s0 ran first, as the benchmark's arm (its manifest's name is the benchmark's); the folder names the cell
-    assert m["kind"] == "verl" and m["status"] == "done" and m["returncode"] == 0
+    assert m["kind"] == "verl" and m["status"] in ("done", "starved")
+    if m["status"] == "done":
+        assert m["returncode"] == 0
+    else:  # stopped by the launcher's refill bound: only a filtered cell, and only past the bound
+        assert m["spec"]["dapo"] and m["starve_batches"] >= 1 and m["starved"]["sequences"] > m["starved"]["limit"]
     assert m["name"] == name or (name == "verl-a-s0" and m["name"] == "bench-verl-shared-ray")
     assert {p.name for p in (RUNS / name).iterdir()} <= set(KEEP), "only the small files are committed"
     assert cell_of(m["spec"]) == cell and m["spec"]["seed"] == int(seed)
@@ -77,13 +81,16 @@ def test_the_reward_returns_a_dict_with_a_binary_acc(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_forty_steps_validated_every_five(name):
+    """A done run has all 40 steps; a starved one every step up to the one the bound stopped."""
     m = manifest(name)
-    assert m["spec"]["steps"] == 40 and m["last_step"] == 40 and "trainer.total_training_steps=40" in m["overrides"]
+    last = m["last_step"]
+    assert m["spec"]["steps"] == 40 and "trainer.total_training_steps=40" in m["overrides"]
+    assert last == 40 if m["status"] == "done" else 0 < last < 40
     assert m["spec"]["val_freq"] == 5 and "trainer.test_freq=5" in m["overrides"] and m["spec"]["val_before_train"]
     df = read_run_metrics(RUNS / name)
-    assert list(df.index) == list(range(41))
-    assert df[ACC].dropna().index.tolist() == list(range(0, 41, 5))
-    assert df[LEN].dropna().index.tolist() == list(range(0, 41, 5))
+    assert list(df.index) == list(range(last + 1))
+    assert df[ACC].dropna().index.tolist() == list(range(0, last + 1, 5))
+    assert df[LEN].dropna().index.tolist() == list(range(0, last + 1, 5))
     assert df.loc[1:, "phantom/groups/total"].eq(m["spec"]["train_batch_size"]).all(), "every step's gate counts"
     if m["filter_groups"]["enable"]:
         gen = df.loc[1:, "phantom/prompts_generated"]
@@ -97,3 +104,24 @@ def test_every_run_starts_from_the_shipped_warm_start(name):
     start's (scripts/collect_verl_runs.py compared the files' sha256 with data/warmstart/manifest.json)."""
     shipped = json.loads((ROOT / "data" / "warmstart" / "manifest.json").read_text())
     assert Path(manifest(name)["spec"]["model"]).name in shipped
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_refill_bound_separates_starved_from_done(name):
+    """Every run of a filtered cell is judged by the bound the starved ones were stopped at (the sweep's default,
+    10 generation batches): a done run stayed under it at every step, a starved run went past it."""
+    from phantom.verl.starve import RefillGuard, Starved
+    from phantom.verl.sweep import STARVE_BATCHES
+
+    m = manifest(name)
+    if not m["spec"]["dapo"]:
+        return
+    spec = m["spec"]
+    # 256 held-out problems, one greedy answer each (the launcher read the parquet; a starved manifest's limit agrees)
+    guard = RefillGuard(RUNS / name / "rollout.jsonl", STARVE_BATCHES, spec["train_batch_size"] * spec["rollout_n"], 256)
+    if m["status"] == "done":
+        guard.check()  # raises Starved if any step went past the bound
+    else:
+        assert m["starve_batches"] == STARVE_BATCHES and m["starved"]["limit"] == guard.limit
+        with pytest.raises(Starved):
+            guard.check()
