@@ -33,7 +33,8 @@ def test_each_folder_has_a_readme_and_only_finished_runs(folder):
     manifests = list((RUNS / folder).glob("**/manifest.json"))
     assert manifests, folder
     for m in manifests:
-        assert json.loads(m.read_text())["status"] == "done", m
+        # starved: a verl run the refill bound stopped (phantom.verl.starve), an ended run, not a broken one
+        assert json.loads(m.read_text())["status"] in ("done", "starved"), m
         assert (m.parent / "metrics.jsonl").is_file(), m
 
 

@@ -50,3 +50,24 @@ def test_sweep_refuses_a_negative_bound(capsys):
 
     assert main(["--starve-batches", "-1", "--dry-run"]) == 2
     assert "--starve-batches -1 is invalid" in capsys.readouterr().err
+
+
+def test_sigterm_runs_the_same_clean_up_as_ctrl_c():
+    """A `kill` of a sweep or launcher raises KeyboardInterrupt where its clean-up (stop verl, stop the Ray head)
+    runs; outside the block SIGTERM is what it was."""
+    import os
+    import signal
+
+    from phantom.verl.cluster import term_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = []
+    with pytest.raises(KeyboardInterrupt):
+        with term_as_interrupt():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):  # the handler runs between bytecodes
+                    pass
+            finally:
+                cleaned.append(True)
+    assert cleaned == [True] and signal.getsignal(signal.SIGTERM) is before

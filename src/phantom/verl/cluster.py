@@ -32,12 +32,37 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RayHead", "ADDRESS_ENV", "head_env"]
+__all__ = ["RayHead", "ADDRESS_ENV", "head_env", "term_as_interrupt"]
 
 ADDRESS_ENV = "RAY_ADDRESS"
 #: Variables that name one run's files: they travel in each run's runtime_env, never in the head's.
 _PER_RUN = ("VERL_FILE_LOGGER_PATH", "PHANTOM_GATE_LOG", "PHANTOM_ROLLOUT_LOG", "PHANTOM_SYNC_LOG", ADDRESS_ENV,
             "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN")
+
+
+@contextlib.contextmanager
+def term_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt inside the block (main thread only), so that a `kill` of a sweep or of
+    a launcher runs the same clean-up as Ctrl-C: verl and the Ray head live in sessions of their own and
+    would otherwise outlive it."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+#: seconds the head's processes get to exit on SIGTERM before SIGKILL
+STOP_GRACE_S = 3.0
 
 
 def _free_port() -> int:
@@ -154,7 +179,9 @@ class RayHead:
         for p in members:
             with contextlib.suppress(psutil.Error):
                 p.send_signal(signal.SIGTERM)
-        _, alive = psutil.wait_procs(members, timeout=15)
+        # A few seconds of grace: the head is disposable (its folder goes next), and Ray's GCS server and
+        # log monitor ignore SIGTERM for longer than any wait here (15 s measured), so they are killed.
+        _, alive = psutil.wait_procs(members, timeout=STOP_GRACE_S)
         for p in alive:
             with contextlib.suppress(psutil.Error):
                 p.kill()

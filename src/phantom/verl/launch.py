@@ -41,6 +41,7 @@ from typing import Any
 from phantom.advantages import GateStats
 from phantom.cli import parse_sets
 from phantom.runs import RunConflict, RunDir, RunInUse, pid_alive, read_metrics, runs_root, spec_hash
+from phantom.verl.cluster import term_as_interrupt
 from phantom.verl.doctor import run_env
 from phantom.verl.filters import check_filter
 from phantom.verl.plan import make_plan
@@ -316,7 +317,8 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
         try:
-            _progress(run, proc, spec, progress, timeout, guard)
+            with term_as_interrupt():  # `kill` stops verl and marks the folder, as Ctrl-C does
+                _progress(run, proc, spec, progress, timeout, guard)
         except Starved as exc:
             _stop(proc)
             reader.join(timeout=10)

@@ -172,12 +172,9 @@ def run_sweep(profile: str = "full", *, only: list[str] | None = None, seeds: li
     ``shared_ray``: one Ray head for all cells (``phantom.verl.cluster``); ``keep=False`` slims each
     finished folder to :data:`KEEP`. Raises ``RuntimeError`` listing the cells that failed.
     """
-    import yaml
-    from tqdm.auto import tqdm
-
     from phantom.lab import sweep as lab_sweep
     from phantom.runs import RunDir, runs_root
-    from phantom.verl.doctor import run_env
+    from phantom.verl.cluster import term_as_interrupt
     from phantom.verl.spec import make_spec
 
     todo_cells = cells(profile, only=only, seeds=seeds)
@@ -191,8 +188,24 @@ def run_sweep(profile: str = "full", *, only: list[str] | None = None, seeds: li
     nb_in = lab_sweep.materialize_notebook(work, "verl_arm", "PHANTOM_VERL_NOTEBOOK")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PHANTOM_RUNS": str(root),
            "PHANTOM_VERL_PREFLIGHT_CACHE": str(work / f"preflight.{os.getpid()}.json")}
+    failures: list[str] = []
+    with term_as_interrupt():  # `kill` of the sweep stops its Ray head, as Ctrl-C does
+        _run_cells(todo, root, profile, work, nb_in, env, first, failures, shared_ray, progress, keep, starve_batches)
+    if failures:
+        raise RuntimeError("verl sweep cells failed:\n" + "\n".join(failures))
+    return runs
+
+
+def _run_cells(todo: list[Cell], root: Path, profile: str, work: Path, nb_in: Path, env: dict[str, str], first: Any,
+               failures: list[str], shared_ray: bool, progress: bool, keep: bool, starve_batches: int | None) -> None:
+    """The cells one at a time under the sweep's Ray head (started here, stopped however this ends)."""
+    import yaml
+    from tqdm.auto import tqdm
+
+    from phantom.runs import RunDir
+    from phantom.verl.doctor import run_env
+
     head = None
-    failures = []
     try:
         if shared_ray and not env.get("RAY_ADDRESS"):  # a head the caller started ($RAY_ADDRESS) is joined as is
             from phantom.verl.cluster import RayHead
@@ -226,9 +239,6 @@ def run_sweep(profile: str = "full", *, only: list[str] | None = None, seeds: li
         Path(env["PHANTOM_VERL_PREFLIGHT_CACHE"]).unlink(missing_ok=True)
         if head is not None:
             head.stop()
-    if failures:
-        raise RuntimeError("verl sweep cells failed:\n" + "\n".join(failures))
-    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
