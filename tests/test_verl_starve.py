@@ -62,12 +62,11 @@ def test_sigterm_runs_the_same_clean_up_as_ctrl_c():
 
     before = signal.getsignal(signal.SIGTERM)
     cleaned = []
-    with pytest.raises(KeyboardInterrupt):
-        with term_as_interrupt():
-            try:
-                os.kill(os.getpid(), signal.SIGTERM)
-                for _ in range(1000):  # the handler runs between bytecodes
-                    pass
-            finally:
-                cleaned.append(True)
+    with pytest.raises(KeyboardInterrupt), term_as_interrupt():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs between bytecodes
+                pass
+        finally:
+            cleaned.append(True)
     assert cleaned == [True] and signal.getsignal(signal.SIGTERM) is before
