@@ -27,10 +27,14 @@ setup:
 	@PHANTOM_SETUP_BROWSER=$(SETUP_BROWSER) scripts/setup_env.sh "$(PYTHON)" "$(VENV)" "$(EXTRAS)"
 
 ## Full test suite (CI runs exactly this). The book part builds the quick profile into _build/test
-## (tests/test_book_browser.py) and leaves page screenshots in _build/screens/.
+## (tests/test_book_browser.py) and leaves page screenshots in _build/screens/. Two pytest workers, one
+## test file each at a time (--dist loadfile keeps a file's session fixtures in one process): the verl
+## runs and the book build wait on subprocesses much of the time, so the suite takes ~0.8x as long on
+## 2 cores (benchmarks/results_book.md). TEST_JOBS=0 runs it in this process, one test at a time.
+TEST_JOBS ?= 2
 test: setup
 	$(BIN)/ruff check src tests benchmarks scripts
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
 
 ## Unit tests only (no lab runs, no verl, no book build).
 test-fast: setup
