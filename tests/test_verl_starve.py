@@ -70,3 +70,12 @@ def test_sigterm_runs_the_same_clean_up_as_ctrl_c():
         finally:
             cleaned.append(True)
     assert cleaned == [True] and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_bad_bound_is_refused_before_anything_is_written(tmp_path, capsys):
+    from phantom.verl.launch import main
+
+    runs = tmp_path / "runs"
+    assert main(["run", "--starve-batches", "0", "--runs-dir", str(runs)]) == 2
+    assert "starve_batches=0 is invalid; allowed: an integer >= 1" in capsys.readouterr().err
+    assert not runs.exists()

@@ -46,7 +46,7 @@ from phantom.verl.doctor import run_env
 from phantom.verl.filters import check_filter
 from phantom.verl.plan import make_plan
 from phantom.verl.spec import VerlSpec, compose, load_preset, make_spec, presets, to_overrides
-from phantom.verl.starve import RefillGuard, Starved, val_rows
+from phantom.verl.starve import RefillGuard, Starved, check_bound, val_rows
 
 __all__ = ["launch", "preflight", "run_env", "command", "check_name", "shell_command", "gate_metrics",
            "read_run_metrics", "main"]
@@ -271,9 +271,7 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
                        "stop that process or wait for it")
     if run.check_startable(spec_dict):  # RunInUse for a live run, RunConflict for another spec
         return run
-    if starve_batches is not None and (isinstance(starve_batches, bool) or not isinstance(starve_batches, int)
-                                       or starve_batches < 1):
-        raise ValueError(f"starve_batches={starve_batches!r} is invalid; allowed: an integer >= 1, or None")
+    check_bound(starve_batches)  # before anything is written
     plan = make_plan(spec)  # the machine's choices, once: the command and the doctor both read this plan
     overrides = to_overrides(spec, run.path, name, plan)
     notes: list[str] = []
@@ -322,10 +320,8 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
         except Starved as exc:
             _stop(proc)
             reader.join(timeout=10)
-            df = read_metrics(run.metrics_path) if run.metrics_path.is_file() else None
-            last = int(df.index.max()) if df is not None and not df.empty else -1
             merged = _merge(run, spec)
-            run.finish("starved", returncode=proc.poll(), last_step=last, merged_steps=merged,
+            run.finish("starved", returncode=proc.poll(), last_step=_last_step(run), merged_steps=merged,
                        starved={"step": exc.step, "sequences": exc.sequences, "limit": exc.limit})
             print(f"phantom verl: {run.name} starved: {exc}", file=sys.stderr)
             return run
@@ -337,8 +333,7 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
         rc = proc.wait()
         _stop(proc)  # a clean exit shuts Ray down; this only reaps stragglers of the process group
         reader.join(timeout=30)
-    df = read_metrics(run.metrics_path) if run.metrics_path.is_file() else None
-    last = int(df.index.max()) if df is not None and not df.empty else -1
+    last = _last_step(run)
     if rc != 0 or last < spec.steps:
         tail = run.stdout_path.read_text()[-3000:]
         run.finish("failed", returncode=rc, last_step=last)
@@ -347,6 +342,12 @@ def launch(spec: VerlSpec, name: str | None = None, *, runs_dir: str | os.PathLi
     merged = _merge(run, spec)
     run.finish("done", returncode=rc, last_step=last, merged_steps=merged)
     return run
+
+
+def _last_step(run: RunDir) -> int:
+    """The last step verl logged (-1 when nothing was)."""
+    df = read_metrics(run.metrics_path) if run.metrics_path.is_file() else None
+    return int(df.index.max()) if df is not None and not df.empty else -1
 
 
 def check_name(name: str) -> str:
@@ -434,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "overrides":
             return _print_overrides(args)
+        check_bound(args.starve_batches)  # before the spec builds any input
         spec = make_spec(args.preset, **parse_sets(args.set))
         run = launch(spec, args.name, runs_dir=args.runs_dir, timeout=args.timeout, echo=args.echo,
                      starve_batches=args.starve_batches)

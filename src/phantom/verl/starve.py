@@ -21,7 +21,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-__all__ = ["Starved", "RefillGuard", "val_rows"]
+__all__ = ["Starved", "RefillGuard", "check_bound", "val_rows"]
 
 
 class Starved(RuntimeError):
@@ -31,6 +31,12 @@ class Starved(RuntimeError):
         super().__init__(f"step {step} generated {sequences} sequences without filling its batch "
                          f"(bound: {limit}); the group filter starved")
         self.step, self.sequences, self.limit = step, sequences, limit
+
+
+def check_bound(batches: object) -> None:
+    """``ValueError`` naming a bound that is not None or an integer >= 1 (checked before a run folder exists)."""
+    if batches is not None and (isinstance(batches, bool) or not isinstance(batches, int) or batches < 1):
+        raise ValueError(f"starve_batches={batches!r} is invalid; allowed: an integer >= 1, or None")
 
 
 def val_rows(files: tuple[str, ...] | list[str], cap: int | None = None) -> int:
@@ -52,8 +58,9 @@ class RefillGuard:
     """
 
     def __init__(self, path: Path, batches: int, per_batch: int, val: int = 0) -> None:
-        if batches < 1:
-            raise ValueError(f"starve_batches={batches!r} is invalid; allowed: an integer >= 1")
+        check_bound(batches)
+        if batches is None:
+            raise ValueError("starve_batches=None is invalid here; allowed: an integer >= 1")
         self.path, self.limit = Path(path), batches * per_batch + val
         self.counts: Counter[int] = Counter()
         self._offset = 0
