@@ -55,15 +55,24 @@ def _statuses(res) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_verl_chapter_claims_follow_the_committed_runs(tmp_path):
-    """Chapter 5 says every acc-filter run holds: on a copy of the runs whose acc-filter seed 0 ends at 0.3,
-    that claim fails while the claims that do not read cell c's endpoints still hold."""
-    runs = tmp_path / "verl_filter"
+    """Chapter 5 says every acc-filter run holds, and that the outcome gate holds on all three trainers: on copies
+    of the runs whose acc-filter seed 0 and TRL outcome-gate seed 0 end at 0.3, those claims fail while the claims
+    that do not read those endpoints still hold."""
+    runs, trl = tmp_path / "verl_filter", tmp_path / "trl_lab"
     shutil.copytree(ROOT / "data" / "runs" / "verl_filter", runs)
+    shutil.copytree(ROOT / "data" / "runs" / "trl_lab", trl)
     _edit_metrics(runs / "verl-c-s0", 40, "val-core/phantom_lab/acc/mean@1", 0.3)
+    gated = next(trl.glob("trl-outcome-lam0.3-s0-*"))
+    _edit_metrics(gated, 40, "val-core/phantom_lab/acc/mean@1", 0.3)
+    m = json.loads((gated / "manifest.json").read_text())
+    m["summary"]["final_acc"] = 0.3  # the summary the sweep's endpoints read, as the callback would have written it
+    (gated / "manifest.json").write_text(json.dumps(m))
     res = execute_chapter(resolve_chapter("verl_runs", ROOT), tmp_path / "ch5.ipynb",
-                          {"run_root": str(runs), "min_seeds": 1}, root=ROOT, runs=tmp_path / "runs", force=True)
+                          {"run_root": str(runs), "trl_root": str(trl), "min_seeds": 1}, root=ROOT,
+                          runs=tmp_path / "runs", force=True)
     status = _statuses(res)
-    assert status["acc-filter-holds"] == "fails", status
+    assert status["acc-filter-holds"] == status["gate-and-drgrpo-hold-on-three-trainers"] == "fails", status
+    assert status["no-filter-collapses-but-one"] == "holds", status
     assert status["verl-default-metric-is-reward"] == status["default-filter-evicts-only-late"] == "holds", status
     html = "".join(o.get("data", {}).get("text/html", "") for c in nbformat.read(res.path, as_version=4).cells
                    if c.cell_type == "code" for o in c.get("outputs", []))

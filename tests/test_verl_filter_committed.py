@@ -1,5 +1,6 @@
 """The committed verl sweep (data/runs/verl_filter, chapter 5): verl 0.9.1's V1 trainer on the book's warm start,
-cells a-d of `phantom verl sweep`; each finished run records its filter, its metric and how it ran."""
+cells a-d of `phantom verl sweep` and its two project-estimator cells (`outcome`, `drgrpo`, chapter 5's three-trainer
+table); each finished run records its filter, its metric and how it ran."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ ACC = "val-core/phantom_lab/acc/mean@1"
 LEN = "val-aux/phantom_lab/len_chars/mean@1"
 #: what each cell's manifest must record about the filter: (enable, metric, where the metric came from)
 FILTER = {"a": (False, None, None), "b": (True, "reward", "verl default"), "c": (True, "acc", None),
-          "d": (True, "reward", "verl default")}
+          "d": (True, "reward", "verl default"), "outcome": (False, None, None), "drgrpo": (False, None, None)}
+NAME = re.compile(r"verl-(" + "|".join(CELLS) + r")-s(\d+)")
 
 
 def manifest(name: str) -> dict:
@@ -28,14 +30,14 @@ def manifest(name: str) -> dict:
 
 
 def test_the_sweep_has_runs_of_the_filter_cells():
-    cells = {re.fullmatch(r"verl-([a-d])-s\d+", n).group(1) for n in NAMES}
-    assert {"a", "b"} <= cells, NAMES
+    cells = {NAME.fullmatch(n).group(1) for n in NAMES}
+    assert set(FILTER) <= cells, NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_committed_run_is_finished_small_and_in_its_cell(name):
     m = manifest(name)
-    cell, seed = re.fullmatch(r"verl-([a-d])-s(\d+)", name).groups()
+    cell, seed = NAME.fullmatch(name).groups()
     # verl-a-s0 ran first, as the benchmark's arm (its manifest's name is the benchmark's); the folder names the cell
     assert m["kind"] == "verl" and m["status"] in ("done", "starved")
     if m["status"] == "done":
@@ -63,7 +65,7 @@ def test_filter_and_metric_are_recorded(name):
         given = [o for o in over if o.startswith("algorithm.filter_groups.metric=")]
         assert given == ([] if source == "verl default" else [f"algorithm.filter_groups.metric={metric}"])
         assert fg["metric_source"] == (source or fg["metric_source"]) and (source or fg["metric_source"] != "verl default")
-    assert (f"algorithm.norm_adv_by_std_in_grpo={cell != 'd'}") in over
+    assert (f"algorithm.norm_adv_by_std_in_grpo={cell not in ('d', 'drgrpo')}") in over
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -101,7 +103,7 @@ def test_forty_steps_validated_every_five(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_every_run_starts_from_the_shipped_warm_start(name):
     """The manifests record the model's path on the machine that ran them; its folder name is the shipped warm
-    start's (scripts/collect_verl_runs.py compared the files' sha256 with data/warmstart/manifest.json)."""
+    start's (scripts/collect_runs.py compared the files' sha256 with data/warmstart/manifest.json)."""
     shipped = json.loads((ROOT / "data" / "warmstart" / "manifest.json").read_text())
     assert Path(manifest(name)["spec"]["model"]).name in shipped
 

@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""Copy the finished runs of a verl sweep into a committed folder, keeping only the small files.
+"""Copy the finished runs of a verl or TRL sweep into a committed folder, keeping only the small files.
 
-    python scripts/collect_verl_runs.py SRC DST            # e.g. runs/verl_sweep data/runs/verl_filter
-    python scripts/collect_verl_runs.py SRC DST --dry-run  # say what would be copied
+    python scripts/collect_runs.py SRC DST            # e.g. runs/verl_sweep data/runs/verl_filter
+    python scripts/collect_runs.py SRC DST --dry-run  # say what would be copied
 
-For every run folder under SRC whose ``manifest.json`` says ``"status": "done"`` (or ``"starved"``: stopped by the refill bound), the files in
-``phantom.verl.sweep.KEEP`` (manifest, metrics, gate, rollout and sync logs) are copied to
-``DST/<run name>/``; ``stdout.log``, Hydra's folder and the executed notebook stay behind. A run that is
-still running, or failed, is skipped and named.
+For every run folder under SRC whose ``manifest.json`` says ``"status": "done"`` (or ``"starved"``: a verl
+run stopped by the refill bound), the small files are copied to ``DST/<run name>/``: for a verl run those in
+``phantom.verl.sweep.KEEP`` (manifest, metrics, gate, rollout and sync logs), for a TRL run (``"kind":
+"trl"``) ``manifest.json`` and ``metrics.jsonl``. ``stdout.log``, Hydra's folder and the executed notebook
+stay behind. A run that is still running, or failed, is skipped and named.
 
-Before copying, the run's warm start (``spec.model`` in its manifest) is hashed file by file and
+Before copying, the run's warm start (a verl run's ``spec.model``, a TRL run's ``checkpoint``) is hashed file by file and
 compared with the shipped warm start's ``sha256`` table in ``data/warmstart/manifest.json``; a run
 whose model differs, or whose model folder is not on this machine, is refused (``--allow-unverified``
 copies it anyway and says so). Exit code 0 when every finished run was copied, 1 otherwise.
@@ -28,6 +29,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from phantom.lab.warmstart import checkpoint_hashes  # noqa: E402
 from phantom.verl.sweep import KEEP  # noqa: E402
+
+#: what a TRL run folder keeps (its executed notebook and stdout.log stay behind)
+TRL_KEEP = ("manifest.json", "metrics.jsonl")
 
 
 def shipped_hashes(manifest: Path) -> dict[str, dict[str, str]]:
@@ -52,7 +56,7 @@ def check_model(model: str, shipped: dict[str, dict[str, str]]) -> tuple[bool, s
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("src", type=Path, help="the sweep's --runs-dir (run folders verl-<cell>-s<seed>)")
+    ap.add_argument("src", type=Path, help="the sweep's --runs-dir (its run folders)")
     ap.add_argument("dst", type=Path, help="the committed folder, e.g. data/runs/verl_filter")
     ap.add_argument("--warmstart", type=Path, default=ROOT / "data" / "warmstart" / "manifest.json",
                     help="the shipped warm start's manifest (default: data/warmstart/manifest.json)")
@@ -68,12 +72,14 @@ def main(argv: list[str] | None = None) -> int:
         if m.get("status") not in ("done", "starved"):  # starved: stopped by the refill bound, an outcome
             print(f"skip  {run.name}: status {m.get('status')!r}")
             continue
-        ok, found = check_model(str(m.get("spec", {}).get("model", "")), shipped)
+        trl = m.get("kind") == "trl"
+        model = m.get("checkpoint", "") if trl else m.get("spec", {}).get("model", "")
+        ok, found = check_model(str(model), shipped)
         if not ok and not args.allow_unverified:
             print(f"REFUSE {run.name}: {found}")
             status = 1
             continue
-        files = [f for f in KEEP if (run / f).is_file()]
+        files = [f for f in (TRL_KEEP if trl else KEEP) if (run / f).is_file()]
         print(f"copy  {run.name}: {', '.join(files)} ({'verified' if ok else 'UNVERIFIED'}: {found})")
         if args.dry_run:
             continue
