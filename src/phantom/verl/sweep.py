@@ -188,24 +188,24 @@ def run_sweep(profile: str = "full", *, only: list[str] | None = None, seeds: li
     nb_in = lab_sweep.materialize_notebook(work, "verl_arm", "PHANTOM_VERL_NOTEBOOK")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PHANTOM_RUNS": str(root),
            "PHANTOM_VERL_PREFLIGHT_CACHE": str(work / f"preflight.{os.getpid()}.json")}
-    failures: list[str] = []
     with term_as_interrupt():  # `kill` of the sweep stops its Ray head, as Ctrl-C does
-        _run_cells(todo, root, profile, work, nb_in, env, first, failures, shared_ray, progress, keep, starve_batches)
+        failures = _run_cells(todo, root, profile, work, nb_in, env, first, shared_ray, progress, keep, starve_batches)
     if failures:
         raise RuntimeError("verl sweep cells failed:\n" + "\n".join(failures))
     return runs
 
 
 def _run_cells(todo: list[Cell], root: Path, profile: str, work: Path, nb_in: Path, env: dict[str, str], first: Any,
-               failures: list[str], shared_ray: bool, progress: bool, keep: bool, starve_batches: int | None) -> None:
-    """The cells one at a time under the sweep's Ray head (started here, stopped however this ends)."""
+               shared_ray: bool, progress: bool, keep: bool, starve_batches: int | None) -> list[str]:
+    """The cells one at a time under the sweep's Ray head (started here, stopped however this ends); returns a
+    line per cell that failed."""
     import yaml
     from tqdm.auto import tqdm
 
     from phantom.runs import RunDir
     from phantom.verl.doctor import run_env
 
-    head = None
+    head, failures = None, []
     try:
         if shared_ray and not env.get("RAY_ADDRESS"):  # a head the caller started ($RAY_ADDRESS) is joined as is
             from phantom.verl.cluster import RayHead
@@ -239,6 +239,7 @@ def _run_cells(todo: list[Cell], root: Path, profile: str, work: Path, nb_in: Pa
         Path(env["PHANTOM_VERL_PREFLIGHT_CACHE"]).unlink(missing_ok=True)
         if head is not None:
             head.stop()
+    return failures
 
 
 def main(argv: list[str] | None = None) -> int:
