@@ -17,7 +17,10 @@ Reported for the verl arm (the profile behind ``benchmarks/results_verl.md``):
   replay buffer's polling (``poll_interval`` 2 s, ``trainer/ppo/v1/replay_buffer.py``);
 * CPU seconds by process kind (psutil, sampled every second): where the two cores went.
 
-usage: python benchmarks/bench_verl_cpu.py [--steps 40] [--own-ray] [--runs-dir DIR] [--skip-lab]
+``--override KEY=VALUE`` (repeatable) adds one of verl's Hydra overrides to the arm, to measure a setting
+(``results_verl.md`` measures ``algorithm.rollout_correction.bypass_mode=True`` this way).
+
+usage: python benchmarks/bench_verl_cpu.py [--steps 40] [--own-ray] [--runs-dir DIR] [--skip-lab] [--override K=V]
 """
 
 from __future__ import annotations
@@ -95,14 +98,14 @@ class CpuSampler(threading.Thread):
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def verl_arm(steps: int, runs_dir: Path, own_ray: bool) -> dict:
+def verl_arm(steps: int, runs_dir: Path, own_ray: bool, overrides: tuple[str, ...] = ()) -> dict:
     from phantom.runs import read_metrics
     from phantom.verl.cluster import RayHead
     from phantom.verl.doctor import run_env
     from phantom.verl.launch import launch
     from phantom.verl.spec import make_spec
 
-    spec = make_spec("cpu_lab", arm="none", steps=steps, seed=0)
+    spec = make_spec("cpu_lab", arm="none", steps=steps, seed=0, extra_overrides=overrides)
     head, head_s = None, 0.0
     sampler = CpuSampler([os.getpid()])
     sampler.start()
@@ -169,12 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--own-ray", action="store_true", help="the verl run starts its own Ray (no shared head)")
     ap.add_argument("--runs-dir", default=None)
     ap.add_argument("--skip-lab", action="store_true", help="only the verl arm (no ratio)")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a verl Hydra override added to the arm's (repeatable): to measure one of verl's settings")
     a = ap.parse_args(argv)
     runs_dir = Path(a.runs_dir or tempfile.mkdtemp(prefix="bench_verl_cpu_"))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     load0 = os.getloadavg()
     print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
-    v = verl_arm(a.steps, runs_dir, a.own_ray)
+    v = verl_arm(a.steps, runs_dir, a.own_ray, tuple(a.override))
     load1 = os.getloadavg()
     lab = None if a.skip_lab else lab_arm(a.steps, runs_dir)
     load2 = os.getloadavg()
@@ -195,11 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     print("\nCPU seconds by process kind (verl arm):")
     for k, s in v["cpu_s"].items():
         print(f"  {k:<32} {s:8.1f}")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    verl_cpu = sum(v["cpu_s"].values())
+    print(f"  {'all':<32} {verl_cpu:8.1f}: at least {verl_cpu / cores:.1f} s of wall on {cores} cores for this work, "
+          f"{v['wall_s'] / (verl_cpu / cores):.2f}x that measured")
+    if a.override:
+        print(f"overrides added: {' '.join(a.override)}")
     print(f"\nverl held-out accuracy: {v['val']}")
     if lab is not None:
         print(f"lab loop, same cell: {lab['wall_s']:.1f} s; held-out accuracy {lab['val']}")
         print(f"\nverl / lab wall time: {v['wall_s'] / lab['wall_s']:.2f}x (verl {v['wall_s']:.1f} s, lab {lab['wall_s']:.1f} s)")
-        verl_cpu = sum(v["cpu_s"].values())
         print(f"verl / lab CPU time: {verl_cpu / lab['cpu_s']:.2f}x (verl {verl_cpu:.1f} CPU-s in every process of the "
               f"run, lab {lab['cpu_s']:.1f} CPU-s in one): the figure that moves least with the machine's load")
     print(f"load average after verl: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; after lab: "

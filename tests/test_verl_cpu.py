@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -242,3 +243,55 @@ def test_fast_poll_sampler_is_verls_own_buffer(dapo_metric, tmp_path):
     a.pop("refill_fn"), b.pop("refill_fn")
     assert a.keys() == b.keys() and all(repr(a[k]) == repr(b[k]) for k in a)
     assert a["filter_groups_metric"] == ({"default": "reward", "acc": "acc"}[dapo_metric] if dapo_metric else None)
+
+
+def test_cpu_workers_environment_reaches_ray_as_strings(tmp_path, monkeypatch):
+    """The CPU backend's worker environment (torch threads, the transfer queue's threads and log level) is
+    composed into verl's ray_kwargs and accepted by Ray's own runtime-env validation (strings only)."""
+    from omegaconf import OmegaConf
+    from ray.runtime_env import RuntimeEnv
+
+    from phantom.verl.plan import make_plan
+    from phantom.verl.spec import compose, make_spec, to_overrides
+
+    monkeypatch.setenv("PHANTOM_VERL_THREADS", "3")
+    spec = make_spec("cpu_tiny", check_inputs=False)
+    plan = make_plan(spec)
+    assert plan.threads == 3 and plan.manifest()["plan"]["torch_threads"] == 3
+    env = OmegaConf.to_container(compose(to_overrides(spec, tmp_path / "r", "r", plan)).ray_kwargs.ray_init.runtime_env)
+    RuntimeEnv(**env)  # raises TypeError on a non-string value
+    assert {k: env["env_vars"][k] for k in ("OMP_NUM_THREADS", "TQ_NUM_THREADS", "TQ_CLIENT_ZMQ_IO_THREADS")} == \
+        {"OMP_NUM_THREADS": "3", "TQ_NUM_THREADS": "1", "TQ_CLIENT_ZMQ_IO_THREADS": "1"}
+
+
+@pytest.mark.parametrize("raw", ["0", "two", "-1"])
+def test_bad_thread_count_names_the_value(raw, monkeypatch):
+    from phantom.verl.plan import cpu_threads
+
+    monkeypatch.setenv("PHANTOM_VERL_THREADS", raw)
+    with pytest.raises(ValueError, match=rf"PHANTOM_VERL_THREADS='{raw}' is invalid; allowed: a positive integer"):
+        cpu_threads()
+
+
+def test_default_threads_are_the_usable_cores_capped(monkeypatch):
+    from phantom.verl.plan import MAX_THREADS, cpu_threads
+
+    monkeypatch.delenv("PHANTOM_VERL_THREADS", raising=False)
+    assert cpu_threads() == max(1, min(len(os.sched_getaffinity(0)), MAX_THREADS))
+
+
+def test_rollout_logprobs_override_in_results_verl_composes(tmp_path):
+    """benchmarks/results_verl.md prints verl's bypass mode (π_old = the rollout server's log-probs) as an
+    opt-in: it composes with the CPU backend's overrides, and the default still recomputes π_old."""
+    import re
+    from pathlib import Path
+
+    from phantom.verl.spec import compose, make_spec, to_overrides
+
+    doc = (Path(__file__).resolve().parents[1] / "benchmarks" / "results_verl.md").read_text()
+    printed = re.search(r'--set "extra_overrides=\[(.+?)\]"', doc).group(1)
+    assert printed == "algorithm.rollout_correction.bypass_mode=True"
+    on = make_spec("cpu_lab", check_inputs=False, extra_overrides=(printed,))
+    assert compose(to_overrides(on, tmp_path / "r", "r")).algorithm.rollout_correction.bypass_mode is True
+    off = make_spec("cpu_lab", check_inputs=False)
+    assert compose(to_overrides(off, tmp_path / "r", "r")).algorithm.rollout_correction.bypass_mode is False

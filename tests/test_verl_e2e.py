@@ -78,6 +78,7 @@ def test_sweep_cell_b_verls_default_filter_under_a_shared_ray_head(swept):
     assert m["sweep"] == {"name": "verl", "profile": "quick", "cell": "b"}
     assert m["starve_batches"] == STARVE_BATCHES  # bounded, and the tiny run stayed under the bound
     assert m["plan"]["ray"].startswith("127.0.0.1:") and m["plan"]["replay_buffer_poll_s"] == 0.2
+    assert m["plan"]["torch_threads"] >= 1
     assert m["plan"]["ray"] == outcome.manifest()["plan"]["ray"]  # both cells joined the sweep's one head
     assert any(x.startswith("+ray_kwargs.ray_init.address=127.0.0.1:") for x in o)
     assert not any(x.startswith("ray_kwargs.ray_init.num_cpus=") for x in o)
@@ -92,6 +93,8 @@ def test_sweep_cell_b_verls_default_filter_under_a_shared_ray_head(swept):
     assert max(b["requests"] for b in batches) > 1  # the server batched concurrent requests
     log = run.stdout_path.read_text()
     assert "data.gen_batch_size defaulted to 1" in log  # verl's replay-buffer DAPO path was taken
+    # the transfer queue's environment reached verl's workers: no thread warning around its puts and gets
+    assert "target_num_threads" not in log
     assert (run.path / "verl_arm.ipynb").is_file()
     (again,) = run_sweep("quick", only=["b"], seeds=[0], runs_dir=root, progress=False)  # reused, not re-run
     assert again.manifest()["started"] == m["started"]

@@ -34,6 +34,7 @@ class Plan:
     why: tuple[str, ...] = ()
     ray_address: str | None = None  # CPU backend: a running head to join ($RAY_ADDRESS, phantom.verl.cluster)
     poll_s: float | None = None  # CPU backend, V1 trainer: the replay buffer's poll (phantom.verl.cpu.sampler)
+    threads: int | None = None  # CPU backend: torch threads in verl's workers (the FSDP actor's update uses them)
 
     def manifest(self) -> dict[str, Any]:
         """What a run folder records: the choices, the reasons and (GPU) the machine."""
@@ -44,7 +45,7 @@ class Plan:
                          "gpu_memory_utilization": self.gpu_memory_utilization,
                          "memory_row": getattr(self.row, "label", None),
                          "ray": self.ray_address or "a local cluster of its own",
-                         "replay_buffer_poll_s": self.poll_s}}
+                         "replay_buffer_poll_s": self.poll_s, "torch_threads": self.threads}}
 
 
 def _auto(value: Any) -> bool:
@@ -64,14 +65,39 @@ def cpu_plan(spec: Any) -> Plan:
     poll = None
     if fast:
         from phantom.verl.cpu.sampler import POLL_S as poll
-    return Plan("cpu", "sdpa", False, micro, lp, ray_address=address, poll_s=poll,
+    threads = cpu_threads()
+    return Plan("cpu", "sdpa", False, micro, lp, ray_address=address, poll_s=poll, threads=threads,
                 why=("attention: sdpa without remove-padding (the CPU backend: the rmpad path wants flash-attn)",
                      f"micro-batches {micro} / {lp}: " + ("a whole mini-batch / the whole batch in one pass (CPU memory is not the limit)"
                                                            if _auto(spec.micro_batch_size) else "set by the spec"),
                      f"Ray: the running head at {address} ($RAY_ADDRESS)" if address
                      else "Ray: a local cluster started by verl for this run",
                      f"replay buffer: verl's own, polling every {poll} s (was 2 s)" if poll
-                     else "replay buffer: verl's default"))
+                     else "replay buffer: verl's default",
+                     f"torch threads: {threads} per verl worker (the cores this process may use, at most "
+                     f"{MAX_THREADS}): the actor's update runs while the rest of the step waits"))
+
+
+MAX_THREADS = 8
+
+
+def cpu_threads() -> int:
+    """Torch threads for verl's CPU workers: the cores this process may use, at most :data:`MAX_THREADS`.
+
+    Why not one: verl's sync trainer runs the FSDP actor's update while every other worker waits, so the
+    update may take every core; the rollout server sets its own count (``PHANTOM_HF_ROLLOUT_THREADS``).
+    ``PHANTOM_VERL_THREADS`` overrides it (a positive integer).
+    """
+    raw = os.environ.get("PHANTOM_VERL_THREADS", "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"PHANTOM_VERL_THREADS={raw!r} is invalid; allowed: a positive integer")
+        return int(raw)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_THREADS))
 
 
 def make_plan(spec: Any, hw: Any = None) -> Plan:

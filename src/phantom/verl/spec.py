@@ -350,6 +350,21 @@ def to_overrides(spec: VerlSpec, run_dir: str | os.PathLike[str], name: str, pla
     return o + list(spec.extra_overrides)
 
 
+def cpu_env(plan: Any) -> dict[str, str]:
+    """Environment of verl's workers on the CPU backend (Ray's runtime env; values must be strings).
+
+    Why each (measured in ``benchmarks/bench_verl_cpu.py``, ``benchmarks/results_verl.md``):
+    ``OMP_NUM_THREADS``: the plan's torch threads, for the FSDP actor's update. ``TQ_NUM_THREADS`` and
+    ``TQ_CLIENT_ZMQ_IO_THREADS``: verl's transfer queue asks for 8 torch threads around every put and get
+    and starts 8 ZeroMQ I/O threads per client; on a small CPU each put then logged a warning, thousands per
+    run. ``TQ_LOGGING_LEVEL``: the transfer queue's own warnings only when they are errors.
+    """
+    env = {"TQ_NUM_THREADS": "1", "TQ_CLIENT_ZMQ_IO_THREADS": "1", "TQ_LOGGING_LEVEL": "ERROR"}
+    if getattr(plan, "threads", None):
+        env["OMP_NUM_THREADS"] = str(plan.threads)
+    return env
+
+
 def _cpu_overrides(spec: VerlSpec, run: Path, plan: Any) -> list[str]:
     a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
     actor_micro, lp_micro = plan.micro, plan.logprob_micro
@@ -370,6 +385,7 @@ def _cpu_overrides(spec: VerlSpec, run: Path, plan: Any) -> list[str]:
         "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.PHANTOM_ROLLOUT_LOG={run / 'rollout.jsonl'}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.PHANTOM_SYNC_LOG={run / 'sync.jsonl'}",
+        *(f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in cpu_env(plan).items()),
     ]
     if plan.poll_s:  # verl's own replay buffer, polling faster (phantom.verl.cpu.sampler)
         from phantom.verl.cpu.sampler import NAME, PATH
