@@ -200,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\nCPU seconds by process kind (verl arm):")
     for k, s in v["cpu_s"].items():
         print(f"  {k:<32} {s:8.1f}")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    from phantom.lab.threads import available_cpus
+
+    cores = available_cpus()
     verl_cpu = sum(v["cpu_s"].values())
     print(f"  {'all':<32} {verl_cpu:8.1f}: at least {verl_cpu / cores:.1f} s of wall on {cores} cores for this work, "
           f"{v['wall_s'] / (verl_cpu / cores):.2f}x that measured")

@@ -277,7 +277,10 @@ def test_default_threads_are_the_usable_cores_capped(monkeypatch):
     from phantom.verl.plan import MAX_THREADS, cpu_threads
 
     monkeypatch.delenv("PHANTOM_VERL_THREADS", raising=False)
-    assert cpu_threads() == max(1, min(len(os.sched_getaffinity(0)), MAX_THREADS))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(12)))
+    assert cpu_threads() == MAX_THREADS == 8
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert cpu_threads() == 2
 
 
 def test_rollout_logprobs_override_in_results_verl_composes(tmp_path):

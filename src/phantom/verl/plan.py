@@ -93,11 +93,9 @@ def cpu_threads() -> int:
         if not raw.isdigit() or int(raw) < 1:
             raise ValueError(f"PHANTOM_VERL_THREADS={raw!r} is invalid; allowed: a positive integer")
         return int(raw)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_THREADS))
+    from phantom.lab.threads import available_cpus
+
+    return max(1, min(available_cpus(), MAX_THREADS))
 
 
 def make_plan(spec: Any, hw: Any = None) -> Plan:
