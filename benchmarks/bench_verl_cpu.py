@@ -13,8 +13,8 @@ Reported for the verl arm (the profile behind ``benchmarks/results_verl.md``):
 * start-up: launch -> the first training step's advantages (Ray, ~30 actors, model and FSDP init, the
   step-0 validation); validation: verl's ``timing_s/testing`` summed;
 * per training step (mean over steps 2..): verl's ``timing_s/{gen,old_log_prob,adv,update_actor,update_weights,step}``
-  and the rollout server's own generation seconds (``rollout.jsonl``): ``timing_s/gen`` minus those is the
-  replay buffer's polling (``poll_interval`` 2 s, ``trainer/ppo/v1/replay_buffer.py``);
+  and the rollout server's own generation seconds (``rollout.jsonl``): ``timing_s/gen`` minus those is verl's
+  agent loop, transfer queue and replay-buffer polling around the server;
 * CPU seconds by process kind (psutil, sampled every second): where the two cores went.
 
 ``--override KEY=VALUE`` (repeatable) adds one of verl's Hydra overrides to the arm, to measure a setting
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             ("whole arm (launch -> done)", v["wall_s"])]
     rows += [(f"per step: timing_s/{k}", s) for k, s in v["phase_s"].items()]
     rows.append(("per step: rollout server generating", v["server_gen_s"]))
-    rows.append(("per step: replay-buffer wait (gen - server)", v["phase_s"].get("gen", float("nan")) - v["server_gen_s"]))
+    rows.append(("per step: gen minus the server's seconds", v["phase_s"].get("gen", float("nan")) - v["server_gen_s"]))
     for label, s in rows:
         print(f"| {label:<46} | {s:>9.2f} |")
     print("\nCPU seconds by process kind (verl arm):")

@@ -354,10 +354,11 @@ def cpu_env(plan: Any) -> dict[str, str]:
     """Environment of verl's workers on the CPU backend (Ray's runtime env; values must be strings).
 
     Why each (measured in ``benchmarks/bench_verl_cpu.py``, ``benchmarks/results_verl.md``):
-    ``OMP_NUM_THREADS``: the plan's torch threads, for the FSDP actor's update. ``TQ_NUM_THREADS`` and
-    ``TQ_CLIENT_ZMQ_IO_THREADS``: verl's transfer queue asks for 8 torch threads around every put and get
-    and starts 8 ZeroMQ I/O threads per client; on a small CPU each put then logged a warning, thousands per
-    run. ``TQ_LOGGING_LEVEL``: the transfer queue's own warnings only when they are errors.
+    ``OMP_NUM_THREADS`` (when the plan has a thread count): every verl worker gets it, for the FSDP actor's
+    update; the rollout server sets its own. ``TQ_NUM_THREADS``: verl's transfer queue asks for 8 torch
+    threads around every put and get, and on a smaller CPU logs a warning each time (thousands per run).
+    ``TQ_CLIENT_ZMQ_IO_THREADS``: it starts 8 ZeroMQ I/O threads per client. ``TQ_LOGGING_LEVEL``: it logs
+    errors only.
     """
     env = {"TQ_NUM_THREADS": "1", "TQ_CLIENT_ZMQ_IO_THREADS": "1", "TQ_LOGGING_LEVEL": "ERROR"}
     if getattr(plan, "threads", None):
