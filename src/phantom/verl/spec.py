@@ -351,7 +351,8 @@ def to_overrides(spec: VerlSpec, run_dir: str | os.PathLike[str], name: str, pla
 
 
 def cpu_env(plan: Any) -> dict[str, str]:
-    """Environment of verl's workers on the CPU backend (Ray's runtime env; values must be strings).
+    """Environment of verl's workers on the CPU backend (Ray's runtime env; values must be strings), for
+    ``plan`` (a :class:`phantom.verl.plan.Plan`).
 
     Why each (measured in ``benchmarks/bench_verl_cpu.py``, ``benchmarks/results_verl.md``):
     ``OMP_NUM_THREADS`` (when the plan has a thread count): every verl worker gets it, for the FSDP actor's
@@ -361,7 +362,7 @@ def cpu_env(plan: Any) -> dict[str, str]:
     errors only.
     """
     env = {"TQ_NUM_THREADS": "1", "TQ_CLIENT_ZMQ_IO_THREADS": "1", "TQ_LOGGING_LEVEL": "ERROR"}
-    if getattr(plan, "threads", None):
+    if plan.threads:
         env["OMP_NUM_THREADS"] = str(plan.threads)
     return env
 
