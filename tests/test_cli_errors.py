@@ -239,6 +239,20 @@ def test_ctrl_c_during_sft_leaves_no_half_built_checkpoint(tmp_path):
     assert not list((art / "lab").glob(".sft-*.tmp*")) and not list((art / "lab").glob("sft-lab_base-*"))
 
 
+def test_ctrl_c_inside_a_string_exec_still_exits_130(tmp_path):
+    """An interrupt that lands while a library runs ``exec(str)`` (CPython then marks it unhandled and
+    would end the process by SIGINT at exit, returncode -2) still gives exit 130 through the policy."""
+    code = ("import os, signal, sys\n"
+            "from phantom import cli\n"
+            "def main(rest):\n"
+            "    exec('os.kill(os.getpid(), signal.SIGINT)\\nwhile True: pass')\n"
+            "sys.exit(cli.run_command('lab', main, []))\n")
+    (tmp_path / "interrupted_in_exec.py").write_text(code)
+    r = subprocess.run([sys.executable, "-m", "interrupted_in_exec"], cwd=tmp_path, capture_output=True, text=True,
+                       env={**ENV, "PYTHONPATH": str(ROOT / "src")}, timeout=120, preexec_fn=_sigint_default)
+    _check(r, 130, ["phantom lab: interrupted"])
+
+
 # --- the policy itself ---------------------------------------------------------------------------
 def _raising(exc: BaseException):
     def main(rest: list[str]) -> int:

@@ -299,6 +299,19 @@ def user_error(exc: BaseException) -> str | None:
     return None
 
 
+def _forget_unhandled_interrupt() -> None:
+    """Make the interpreter exit with the code we return (130), not by re-raising SIGINT on itself.
+
+    Why: CPython marks an interrupt "unhandled" whenever a KeyboardInterrupt leaves code run by
+    ``exec``/``eval`` of a *string* (``PyRun_String``: dataclasses and namedtuples build their methods
+    that way, and any library may), even if an outer ``except`` handles it; at exit the mark makes the
+    process kill itself with SIGINT (returncode -2), whatever ``sys.exit`` said. Each string execution
+    clears the mark first, so running an empty one resets it. CI met this once: the SFT Ctrl-C test's
+    ``phantom lab sft`` printed its line and then ended by signal.
+    """
+    exec("pass")  # noqa: S102 -- a constant string: see the docstring
+
+
 def run_command(command: str, func: Callable[[list[str]], Any], rest: list[str]) -> int:
     """Run one command's ``main`` under the error policy (module docstring) and return its exit code."""
     show = os.environ.get("PHANTOM_TRACEBACK", "") not in ("", "0")
@@ -311,6 +324,7 @@ def run_command(command: str, func: Callable[[list[str]], Any], rest: list[str])
             traceback.print_exc()
         notes = "; ".join(getattr(e, "__notes__", None) or [])
         print(f"phantom {command}: interrupted" + (f" ({notes})" if notes else ""), file=sys.stderr)
+        _forget_unhandled_interrupt()
         return 130
     except BrokenPipeError:
         _quiet_stdout()
