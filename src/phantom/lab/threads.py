@@ -26,7 +26,7 @@ import torch
 if TYPE_CHECKING:
     from phantom.lab.model import LabQwen2
 
-__all__ = ["ENV", "AUTO_MAX", "available_cpus", "auto_threads", "parse_threads", "lab_threads", "threads_agree"]
+__all__ = ["ENV", "AUTO_MAX", "available_cpus", "auto_threads", "positive_count", "parse_threads", "lab_threads", "threads_agree"]
 
 #: overrides the thread count of every arm trained in this process (a positive integer or ``auto``)
 ENV = "PHANTOM_LAB_THREADS"
@@ -53,14 +53,20 @@ def auto_threads() -> int:
     return max(1, min(AUTO_MAX, available_cpus()))
 
 
+def positive_count(raw: str | int, *, what: str, allowed: str = "a positive integer") -> int:
+    """A count from text that must be a positive integer; else a ValueError naming ``what``, the value and
+    ``allowed`` (the project's bad-input convention)."""
+    text = str(raw).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{what}={raw!r} is invalid; allowed: {allowed}")
+    return int(text)
+
+
 def parse_threads(raw: str | int, *, what: str = "threads") -> int:
     """A thread count from text: a positive integer, or ``auto`` (:func:`auto_threads`)."""
-    text = str(raw).strip()
-    if text == "auto":
+    if str(raw).strip() == "auto":
         return auto_threads()
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{what}={raw!r} is invalid; allowed: a positive integer or 'auto'")
-    return int(text)
+    return positive_count(raw, what=what, allowed="a positive integer or 'auto'")
 
 
 def lab_threads(default: int = 1) -> int:

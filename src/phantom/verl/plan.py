@@ -88,13 +88,11 @@ def cpu_threads() -> int:
     update may take every core; the rollout server sets its own count (``PHANTOM_HF_ROLLOUT_THREADS``).
     ``PHANTOM_VERL_THREADS`` overrides it (a positive integer).
     """
+    from phantom.lab.threads import available_cpus, positive_count
+
     raw = os.environ.get("PHANTOM_VERL_THREADS", "").strip()
     if raw:
-        if not raw.isdigit() or int(raw) < 1:
-            raise ValueError(f"PHANTOM_VERL_THREADS={raw!r} is invalid; allowed: a positive integer")
-        return int(raw)
-    from phantom.lab.threads import available_cpus
-
+        return positive_count(raw, what="PHANTOM_VERL_THREADS")
     return max(1, min(available_cpus(), MAX_THREADS))
 
 
